@@ -1,0 +1,409 @@
+//! The consumer: one per instance. It owns the connection whose `CONNECTION_ID()` marks its
+//! claims as alive, claims as many due jobs as it has free handler slots, starts a handler for
+//! each, and writes their outcomes back, fenced by batch_id.
+//!
+//! Why one claimer per instance rather than one per slot: claimers racing for the head of the
+//! queue wait on each other's row locks, and throughput falls as they are added. One claimer
+//! that sizes each claim to its free slots keeps one connection per instance in the race,
+//! holds no job that no slot can start, and leaves no claimed-but-unstarted job behind.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Opts};
+use tokio::sync::watch;
+use tokio::task::{Id, JoinError, JoinSet};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::config::{QueueSettings, Settings};
+use crate::db::{self, ServerId};
+use crate::handler::{self, Exit};
+use crate::jobs::{self, Claimer, Outcome, Write};
+use crate::retry;
+use crate::stats::Stats;
+
+/// How long the claim connection may sit without a query before it is pinged, so that a
+/// server's `wait_timeout` never closes it under a long-running handler.
+const KEEPALIVE: Duration = Duration::from_secs(1);
+/// After a shutdown, how long myjob keeps trying to write the last outcomes.
+const FINAL_WRITE: Duration = Duration::from_secs(10);
+
+/// What the consumer remembers about a running handler, by its task id: enough to write an
+/// outcome even if the task itself died.
+struct Running {
+    job_id: u64,
+    batch_id: u64,
+    attempt: u32,
+    max_attempts: u32,
+    queue: Arc<QueueSettings>,
+}
+
+pub struct Consumer {
+    opts: Opts,
+    settings: watch::Receiver<Arc<Settings>>,
+    instance: String,
+    /// `host:pid:instance`, written into claimed rows.
+    worker: String,
+    stats: Arc<Stats>,
+    conn: Option<Conn>,
+    /// `owner_server` for claims made on `conn`.
+    server: String,
+    last_query: Instant,
+    handlers: JoinSet<Write>,
+    running: HashMap<Id, Running>,
+    /// Outcomes not yet written (the database may be away).
+    unwritten: Vec<Outcome>,
+    /// Fired when the shutdown runs out of time: kills every handler still running.
+    abort: CancellationToken,
+}
+
+impl Consumer {
+    pub fn new(
+        opts: Opts,
+        settings: watch::Receiver<Arc<Settings>>,
+        instance: &str,
+        stats: Arc<Stats>,
+    ) -> Self {
+        let host = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into());
+        Consumer {
+            opts,
+            settings,
+            instance: instance.to_owned(),
+            worker: format!("{host}:{}:{instance}", std::process::id()),
+            stats,
+            conn: None,
+            server: String::new(),
+            last_query: Instant::now(),
+            handlers: JoinSet::new(),
+            running: HashMap::new(),
+            unwritten: Vec::new(),
+            abort: CancellationToken::new(),
+        }
+    }
+
+    /// Claims and runs jobs until `shutdown` fires, then drains: see [`Consumer::drain`].
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        // A full claim means more jobs are waiting: claim again as soon as slots free up.
+        // Otherwise wait for `poll_interval` before the next claim.
+        let mut backlog = false;
+        let mut next_claim = Instant::now();
+        // The loop's one exit is the shutdown token; database trouble only reconnects.
+        while !shutdown.is_cancelled() {
+            self.stats.beat();
+            let settings = self.settings.borrow_and_update().clone();
+            let worker = &settings.worker;
+            self.stats.slots.store(worker.concurrency, Relaxed);
+            while let Some(r) = self.handlers.try_join_next_with_id() {
+                self.finished(r);
+            }
+            if self.conn.is_none() && !self.reconnect(&shutdown).await {
+                break;
+            }
+            if let Err(e) = self.write_unwritten().await {
+                self.lost_connection(e);
+                continue;
+            }
+
+            let free = worker.concurrency.saturating_sub(self.handlers.len());
+            let want = free.min(worker.batch_size);
+            // With a backlog, wait until a few slots are free rather than claiming one job
+            // per finished handler: fewer, fuller claims.
+            let least = (worker.concurrency.min(worker.batch_size) / 8).max(1);
+            let now = Instant::now();
+            if want >= least && (backlog || now >= next_claim) {
+                match self.claim(&settings, want).await {
+                    Ok(got) => backlog = got == want,
+                    Err(e) => {
+                        self.lost_connection(e);
+                        backlog = false;
+                    }
+                }
+                if !backlog {
+                    next_claim = now + worker.poll_interval;
+                }
+                let free = worker.concurrency.saturating_sub(self.handlers.len());
+                if backlog && free.min(worker.batch_size) >= least {
+                    continue;
+                }
+            } else if now.duration_since(self.last_query) >= KEEPALIVE {
+                self.keepalive().await;
+            }
+
+            let wake = if backlog {
+                now + KEEPALIVE
+            } else {
+                next_claim.min(now + KEEPALIVE)
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                Some(r) = self.handlers.join_next_with_id(), if !self.handlers.is_empty() => self.finished(r),
+                _ = sleep_until(wake) => {}
+                _ = self.settings.changed() => {}
+            }
+        }
+        let timeout = self.settings.borrow().worker.shutdown_timeout;
+        self.drain(timeout).await;
+    }
+
+    /// The stop path: no new claims; running handlers get `timeout` to finish, then are
+    /// killed and their jobs released without using up an attempt; every outcome is written,
+    /// with a few more seconds of reconnecting if the database is away.
+    async fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        if !self.handlers.is_empty() {
+            info!(
+                running = self.handlers.len(),
+                "draining: waiting up to {} for running handlers",
+                humantime::format_duration(timeout)
+            );
+        }
+        let mut aborted = false;
+        while !self.handlers.is_empty() {
+            self.stats.beat();
+            tokio::select! {
+                Some(r) = self.handlers.join_next_with_id() => self.finished(r),
+                _ = sleep_until(deadline), if !aborted => {
+                    warn!(running = self.handlers.len(), "shutdown_timeout passed: killing the handlers still running");
+                    self.abort.cancel();
+                    aborted = true;
+                }
+            }
+            if self.conn.is_some() {
+                if let Err(e) = self.write_unwritten().await {
+                    self.lost_connection(e);
+                }
+            }
+        }
+        let give_up = CancellationToken::new();
+        let timer = {
+            let give_up = give_up.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(FINAL_WRITE).await;
+                give_up.cancel();
+            })
+        };
+        while !self.unwritten.is_empty() && !give_up.is_cancelled() {
+            if self.conn.is_none() && !self.reconnect(&give_up).await {
+                break;
+            }
+            if let Err(e) = self.write_unwritten().await {
+                self.lost_connection(e);
+            }
+        }
+        timer.abort();
+        if !self.unwritten.is_empty() {
+            error!(
+                jobs = self.unwritten.len(),
+                "cannot write the last outcomes; the reaper will put these jobs back"
+            );
+        }
+        if let Some(conn) = self.conn.take() {
+            let _ = conn.disconnect().await;
+        }
+    }
+
+    /// Claims up to `want` jobs and starts a handler for each. Returns how many it got.
+    async fn claim(&mut self, settings: &Settings, want: usize) -> anyhow::Result<usize> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(0);
+        };
+        let batch_id = jobs::new_batch_id();
+        let queues: Vec<String> = settings.queues.iter().map(|q| q.name.clone()).collect();
+        let who = Claimer {
+            owner_server: &self.server,
+            worker: &self.worker,
+        };
+        let claimed = jobs::claim(conn, batch_id, &queues, want, &who).await?;
+        self.last_query = Instant::now();
+        if claimed.is_empty() {
+            return Ok(0);
+        }
+        self.stats.claimed();
+        debug!(batch_id, jobs = claimed.len(), "claimed a batch");
+        let got = claimed.len();
+        for job in claimed {
+            // The claim asked only for configured queues, so the lookup cannot miss.
+            let Some(queue) = settings.queue(&job.queue).cloned() else {
+                continue;
+            };
+            self.start(job, batch_id, queue, settings.worker.kill_grace);
+        }
+        self.stats.running.store(self.handlers.len(), Relaxed);
+        Ok(got)
+    }
+
+    fn start(
+        &mut self,
+        job: jobs::ClaimedJob,
+        batch_id: u64,
+        queue: Arc<QueueSettings>,
+        kill_grace: Duration,
+    ) {
+        let max_attempts = job.max_attempts.unwrap_or(queue.max_attempts);
+        let run = handler::Job {
+            id: job.id,
+            queue: job.queue,
+            payload: job.payload.into(),
+            attempt: job.attempt,
+            max_attempts,
+            batch_id,
+            instance: self.instance.clone(),
+        };
+        debug!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started");
+        let abort = self.abort.clone();
+        let q = queue.clone();
+        let task = self.handlers.spawn(async move {
+            let exit = handler::run(&run, &q, kill_grace, &abort).await;
+            retry::decide(exit, run.attempt, run.max_attempts, &q)
+        });
+        self.running.insert(
+            task.id(),
+            Running {
+                job_id: job.id,
+                batch_id,
+                attempt: job.attempt,
+                max_attempts,
+                queue,
+            },
+        );
+    }
+
+    /// A handler task ended: log its outcome and keep it for the next write.
+    fn finished(&mut self, result: Result<(Id, Write), JoinError>) {
+        let (id, write) = match result {
+            Ok((id, write)) => (id, write),
+            Err(e) => {
+                // The task died (a bug); the job must still get an outcome.
+                let id = e.id();
+                let Some(r) = self.running.get(&id) else {
+                    return;
+                };
+                let exit = Exit::Failed {
+                    reason: format!("internal error in myjob: {e}"),
+                    code: None,
+                };
+                (id, retry::decide(exit, r.attempt, r.max_attempts, &r.queue))
+            }
+        };
+        let Some(r) = self.running.remove(&id) else {
+            return;
+        };
+        self.stats.running.store(self.handlers.len(), Relaxed);
+        let (job_id, attempt) = (r.job_id, r.attempt);
+        match &write {
+            Write::Done => {
+                self.stats.done.fetch_add(1, Relaxed);
+                info!(job_id, attempt, "job done");
+            }
+            Write::Retry { delay, error } => {
+                self.stats.retried.fetch_add(1, Relaxed);
+                warn!(job_id, attempt, retry_in = %humantime::format_duration(*delay), "job failed, will retry: {error}");
+            }
+            Write::Fail { error } => {
+                self.stats.failed.fetch_add(1, Relaxed);
+                error!(job_id, attempt, "job failed: {error}");
+            }
+            Write::Release => info!(
+                job_id,
+                attempt, "job released: cut short by the shutdown, the attempt does not count"
+            ),
+        }
+        self.unwritten.push(Outcome {
+            job_id,
+            batch_id: r.batch_id,
+            write,
+        });
+    }
+
+    /// Writes the outcomes held so far. They stay held if the write fails.
+    async fn write_unwritten(&mut self) -> anyhow::Result<()> {
+        if self.unwritten.is_empty() {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let fenced = jobs::write_outcomes(conn, &self.unwritten).await?;
+        self.last_query = Instant::now();
+        for job_id in fenced {
+            warn!(
+                job_id,
+                "job outcome not written: its claim was reaped and the job was put back meanwhile"
+            );
+        }
+        self.unwritten.clear();
+        Ok(())
+    }
+
+    async fn keepalive(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        match conn.ping().await {
+            Ok(()) => self.last_query = Instant::now(),
+            Err(e) => self.lost_connection(anyhow::anyhow!(db::describe(&e))),
+        }
+    }
+
+    fn lost_connection(&mut self, e: anyhow::Error) {
+        warn!("consumer: database error, reconnecting: {e:#}");
+        // Dropping the connection closes it; its id is then gone from the processlist.
+        self.conn = None;
+    }
+
+    /// Connects again, then adopts the claims this instance still holds so the reaper does
+    /// not take them from running handlers. False when `give_up` fired first.
+    async fn reconnect(&mut self, give_up: &CancellationToken) -> bool {
+        loop {
+            let stats = self.stats.clone();
+            let Some(mut conn) =
+                db::connect_retrying(&self.opts, "consumer", give_up, || stats.beat()).await
+            else {
+                return false;
+            };
+            match self.adopt(&mut conn).await {
+                Ok(adopted) => {
+                    let id = conn.id();
+                    if adopted > 0 {
+                        info!(
+                            connection = id,
+                            adopted, "consumer: connected; adopted the claims of running jobs"
+                        );
+                    } else {
+                        info!(connection = id, "consumer: connected");
+                    }
+                    self.conn = Some(conn);
+                    self.last_query = Instant::now();
+                    return true;
+                }
+                Err(e) => {
+                    warn!("consumer: cannot set up the connection: {e:#}");
+                    tokio::select! {
+                        _ = give_up.cancelled() => return false,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn adopt(&mut self, conn: &mut Conn) -> anyhow::Result<u64> {
+        self.server = ServerId::of(conn).await?.to_string();
+        let mut batches: Vec<u64> = self
+            .running
+            .values()
+            .map(|r| r.batch_id)
+            .chain(self.unwritten.iter().map(|o| o.batch_id))
+            .collect();
+        batches.sort_unstable();
+        batches.dedup();
+        jobs::adopt(conn, &batches, &self.server).await
+    }
+}

@@ -1,0 +1,553 @@
+//! The configuration file. It is parsed first (serde, unknown keys rejected) into raw structs,
+//! then validated into typed [`Settings`]; every error names the file and the key at fault.
+//!
+//! The file is read again on SIGHUP, so nothing here keeps state: [`Settings::load`] is the
+//! whole story, and a bad new file is reported without touching the settings in use.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Where `--config` points when it is not given.
+pub const DEFAULT_PATH: &str = "/etc/myjob/myjob.toml";
+
+/// The environment variable that overrides `[database] url`.
+pub const DATABASE_URL_ENV: &str = "MYJOB_DATABASE_URL";
+
+/// `command = ["myjob:noop"]` runs no process: compiled in only with the `bench` feature, so the
+/// benchmark can measure the queue without the cost of a spawn.
+#[cfg(feature = "bench")]
+pub const NOOP_HANDLER: &str = "myjob:noop";
+
+/// The largest `concurrency` accepted: each slot may hold a process and three pipes.
+const MAX_CONCURRENCY: i64 = 1024;
+/// The largest `batch_size` accepted.
+const MAX_BATCH_SIZE: i64 = 1000;
+
+/// A configuration error: the file, the key (a path such as `queue[1].timeout`) and what is wrong.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub key: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "{}: {}: {}", self.file.display(), key, self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ---- the file as written -------------------------------------------------------------------
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    database: RawDatabase,
+    #[serde(default)]
+    worker: RawWorker,
+    #[serde(default)]
+    reaper: RawReaper,
+    #[serde(default)]
+    queue: Vec<RawQueue>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDatabase {
+    url: Option<String>,
+    password_file: Option<PathBuf>,
+}
+
+// Integers are read as i64 so that a negative or huge value reaches validation and gets a
+// message in our words rather than serde's.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWorker {
+    concurrency: Option<i64>,
+    batch_size: Option<i64>,
+    poll_interval: Option<String>,
+    shutdown_timeout: Option<String>,
+    kill_grace: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawReaper {
+    interval: Option<String>,
+    stale_after: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueue {
+    name: String,
+    command: Vec<String>,
+    timeout: Option<String>,
+    max_attempts: Option<i64>,
+    backoff: Option<String>,
+    backoff_max: Option<String>,
+    #[serde(default)]
+    pass_env: Vec<String>,
+}
+
+// ---- the validated settings ----------------------------------------------------------------
+
+/// Everything `myjob` reads from its configuration file, checked and typed.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file these settings came from, for messages.
+    pub path: PathBuf,
+    pub database: DatabaseSettings,
+    pub worker: WorkerSettings,
+    pub reaper: ReaperSettings,
+    pub queues: Vec<Arc<QueueSettings>>,
+}
+
+/// How to reach the database. The password lives only inside `opts`, never in `display`.
+#[derive(Clone)]
+pub struct DatabaseSettings {
+    pub opts: mysql_async::Opts,
+    /// `mysql://user@host:port/db`, without the password: safe to log.
+    pub display: String,
+}
+
+impl fmt::Debug for DatabaseSettings {
+    // Written by hand so that no `{:?}` of the settings can print the password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field("url", &self.display)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `[worker]`: how many handlers run at once and how the instance polls and stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSettings {
+    /// Handler slots of one instance: at most this many handlers run at once.
+    pub concurrency: usize,
+    /// The most jobs one claim takes; a claim never takes more than there are free slots.
+    pub batch_size: usize,
+    /// How long to wait before claiming again after a claim found fewer jobs than it asked for.
+    pub poll_interval: Duration,
+    /// How long running handlers may finish after SIGTERM before they are killed.
+    pub shutdown_timeout: Duration,
+    /// After a handler's timeout, how long between SIGTERM and SIGKILL to its process group.
+    pub kill_grace: Duration,
+}
+
+/// `[reaper]`: when claims of dead workers are put back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaperSettings {
+    pub interval: Duration,
+    pub stale_after: Duration,
+}
+
+/// One `[[queue]]`: its name and how its jobs are handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSettings {
+    pub name: String,
+    /// The handler's argv; `command[0]` is run directly, without a shell.
+    pub command: Vec<String>,
+    pub timeout: Duration,
+    /// Used when a job's own `max_attempts` is NULL.
+    pub max_attempts: u32,
+    /// The first retry waits about this long; each further one twice as long, up to `backoff_max`.
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+    /// Names of variables copied from myjob's environment into the handler's.
+    pub pass_env: Vec<String>,
+}
+
+impl Settings {
+    /// Reads, parses and validates the file at `path`. `MYJOB_DATABASE_URL` overrides the url.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let err = |key: Option<&str>, message: String| ConfigError {
+            file: path.to_owned(),
+            key: key.map(str::to_owned),
+            message,
+        };
+        let bytes = std::fs::read(path).map_err(|e| err(None, format!("cannot read: {e}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| err(None, "is not a UTF-8 text file".to_owned()))?;
+        let raw = parse(&text).map_err(|(key, message)| err(key.as_deref(), message))?;
+        let url_override = std::env::var(DATABASE_URL_ENV).ok();
+        let mut settings =
+            validate(raw, url_override).map_err(|(key, message)| err(Some(&key), message))?;
+        settings.path = path.to_owned();
+        Ok(settings)
+    }
+
+    /// The queue called `name`.
+    pub fn queue(&self, name: &str) -> Option<&Arc<QueueSettings>> {
+        self.queues.iter().find(|q| q.name == name)
+    }
+
+    /// The checks that only `run` and `check-config` need: at least one queue, and every
+    /// handler an executable file. A producer that only enqueues may lack both.
+    pub fn check_runnable(&self) -> Result<(), ConfigError> {
+        let err = |key: String, message: String| ConfigError {
+            file: self.path.clone(),
+            key: Some(key),
+            message,
+        };
+        if self.queues.is_empty() {
+            return Err(err(
+                "queue".into(),
+                "no [[queue]] table: myjob run needs at least one".into(),
+            ));
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            check_executable(&q.command[0]).map_err(|m| err(format!("queue[{i}].command"), m))?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses the TOML text; an error comes with the key path where serde knows it.
+fn parse(text: &str) -> Result<RawConfig, (Option<String>, String)> {
+    let line_of = |span: Option<std::ops::Range<usize>>| {
+        span.map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| {
+        let at = line_of(e.span())
+            .map(|l| format!("line {l}: "))
+            .unwrap_or_default();
+        (None, format!("{at}{}", one_line(e.message())))
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let at = line_of(inner.span())
+            .map(|l| format!(" (line {l})"))
+            .unwrap_or_default();
+        let key = (path != ".").then_some(path);
+        (key, format!("{}{at}", one_line(inner.message())))
+    })
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+type Invalid = (String, String);
+
+fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, Invalid> {
+    let database = validate_database(raw.database, url_override)?;
+
+    let w = raw.worker;
+    let worker = WorkerSettings {
+        concurrency: int_in(w.concurrency, 8, 1, MAX_CONCURRENCY, "worker.concurrency")? as usize,
+        batch_size: int_in(w.batch_size, 100, 1, MAX_BATCH_SIZE, "worker.batch_size")? as usize,
+        poll_interval: duration(w.poll_interval, "500ms", "worker.poll_interval")?,
+        shutdown_timeout: duration(w.shutdown_timeout, "30s", "worker.shutdown_timeout")?,
+        kill_grace: duration(w.kill_grace, "5s", "worker.kill_grace")?,
+    };
+
+    let reaper = ReaperSettings {
+        interval: duration(raw.reaper.interval, "30s", "reaper.interval")?,
+        stale_after: duration(raw.reaper.stale_after, "2m", "reaper.stale_after")?,
+    };
+
+    let mut names = HashSet::new();
+    let mut queues = Vec::new();
+    for (i, q) in raw.queue.into_iter().enumerate() {
+        let key = |k: &str| format!("queue[{i}].{k}");
+        check_queue_name(&q.name).map_err(|m| (key("name"), m))?;
+        if !names.insert(q.name.clone()) {
+            return Err((key("name"), format!("queue {:?} is defined twice", q.name)));
+        }
+        if q.command.first().is_none_or(|c| c.is_empty()) {
+            return Err((
+                key("command"),
+                "must name a program: [\"/path/to/handler\", \"arg\", …]".into(),
+            ));
+        }
+        for name in &q.pass_env {
+            check_pass_env(name).map_err(|m| (key("pass_env"), m))?;
+        }
+        let backoff = duration(q.backoff, "10s", &key("backoff"))?;
+        let backoff_max = duration(q.backoff_max, "1h", &key("backoff_max"))?;
+        if backoff_max < backoff {
+            return Err((
+                key("backoff_max"),
+                "must not be shorter than backoff".into(),
+            ));
+        }
+        queues.push(Arc::new(QueueSettings {
+            timeout: duration(q.timeout, "5m", &key("timeout"))?,
+            max_attempts: int_in(q.max_attempts, 10, 1, 1000, &key("max_attempts"))? as u32,
+            backoff,
+            backoff_max,
+            pass_env: q.pass_env,
+            command: q.command,
+            name: q.name,
+        }));
+    }
+
+    Ok(Settings {
+        path: PathBuf::new(), // set by `load`, which knows the file
+        database,
+        worker,
+        reaper,
+        queues,
+    })
+}
+
+fn validate_database(
+    raw: RawDatabase,
+    url_override: Option<String>,
+) -> Result<DatabaseSettings, Invalid> {
+    let key = if url_override.is_some() {
+        DATABASE_URL_ENV
+    } else {
+        "database.url"
+    };
+    let url = url_override.or(raw.url).ok_or_else(|| {
+        (
+            "database.url".to_owned(),
+            format!("missing (set it here, or in {DATABASE_URL_ENV})"),
+        )
+    })?;
+    check_url_host(&url).map_err(|m| (key.to_owned(), m))?;
+    let opts = mysql_async::Opts::from_url(&url)
+        .map_err(|e| (key.to_owned(), format!("not a valid mysql:// url: {e}")))?;
+    let mut builder = mysql_async::OptsBuilder::from_opts(opts.clone());
+    // mysql_async would otherwise switch a 127.0.0.1 connection over to the server's unix
+    // socket, whose path may not exist where myjob runs (a container, a chroot).
+    if !url.contains("prefer_socket") {
+        builder = builder.prefer_socket(false);
+    }
+    if let Some(file) = raw.password_file {
+        if opts.pass().is_some() {
+            return Err((
+                "database.password_file".into(),
+                "the url has a password already; keep it in one place".into(),
+            ));
+        }
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            (
+                "database.password_file".to_owned(),
+                format!("cannot read {}: {e}", file.display()),
+            )
+        })?;
+        let password = text.trim_end_matches(['\n', '\r']).to_owned();
+        builder = builder.pass(Some(password));
+    }
+    let opts = mysql_async::Opts::from(builder);
+    let display = format!(
+        "mysql://{}@{}:{}/{}",
+        opts.user().unwrap_or(""),
+        opts.ip_or_hostname(),
+        opts.tcp_port(),
+        opts.db_name().unwrap_or("")
+    );
+    Ok(DatabaseSettings { opts, display })
+}
+
+/// mysql_async quietly falls back to localhost for a url with no host; a config that names
+/// no host is more likely a mistake, so it is refused.
+fn check_url_host(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("mysql://")
+        .ok_or_else(|| "must start with mysql://".to_owned())?;
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = host.split(':').next().unwrap_or("");
+    if host.is_empty() {
+        return Err("has no host: mysql://user@host:3306/database".into());
+    }
+    Ok(())
+}
+
+/// Queue names appear in logs, in the environment and in SQL parameters: keep them plain.
+pub fn check_queue_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "queue name {name:?} must be 1 to 64 letters, digits or _ - . :"
+        ))
+    }
+}
+
+fn check_pass_env(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid {
+        return Err(format!("{name:?} is not a variable name"));
+    }
+    // The database url may carry the password, and MYJOB_* is what myjob sets itself.
+    if name.starts_with("MYJOB_") {
+        return Err(format!("{name} is myjob's own and is never passed on"));
+    }
+    Ok(())
+}
+
+/// The handler must be a file that myjob can execute: named by path, or found on PATH.
+fn check_executable(program: &str) -> Result<(), String> {
+    #[cfg(feature = "bench")]
+    if program == NOOP_HANDLER {
+        return Ok(());
+    }
+    let path = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        let search = std::env::var("PATH").unwrap_or_else(|_| crate::handler::DEFAULT_PATH.into());
+        std::env::split_paths(&search)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+            .ok_or_else(|| format!("{program} is not found on PATH"))?
+    };
+    let meta = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a file", path.display()));
+    }
+    if meta.permissions().mode() & 0o111 == 0
+        || nix::unistd::access(&path, nix::unistd::AccessFlags::X_OK).is_err()
+    {
+        return Err(format!("{} is not executable", path.display()));
+    }
+    Ok(())
+}
+
+fn int_in(value: Option<i64>, default: i64, min: i64, max: i64, key: &str) -> Result<i64, Invalid> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err((
+            key.to_owned(),
+            format!("{v} is out of range: {min} to {max}"),
+        ));
+    }
+    Ok(v)
+}
+
+fn duration(value: Option<String>, default: &str, key: &str) -> Result<Duration, Invalid> {
+    let text = value.as_deref().unwrap_or(default);
+    parse_duration(text).map_err(|m| (key.to_owned(), m))
+}
+
+/// Parses a positive duration such as `"500ms"`, `"30s"` or `"5m"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|_| format!("{text:?} is not a duration like \"500ms\", \"30s\" or \"5m\""))?;
+    if d.is_zero() {
+        return Err(format!("{text:?} must be longer than zero"));
+    }
+    // Durations end up as microseconds in SQL and as tokio timers: keep them sane.
+    if d > Duration::from_secs(10 * 365 * 24 * 3600) {
+        return Err(format!("{text:?} is longer than ten years"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(text: &str) -> Result<Settings, String> {
+        let raw = parse(text).map_err(|(k, m)| format!("{k:?}: {m}"))?;
+        validate(raw, None).map_err(|(k, m)| format!("{k}: {m}"))
+    }
+
+    const MINIMAL: &str = "[database]\nurl = \"mysql://root@127.0.0.1:3306/test\"\n";
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let s = load_str(MINIMAL).unwrap();
+        assert_eq!(s.worker.concurrency, 8);
+        assert_eq!(s.worker.poll_interval, Duration::from_millis(500));
+        assert_eq!(s.reaper.stale_after, Duration::from_secs(120));
+        assert_eq!(s.database.display, "mysql://root@127.0.0.1:3306/test");
+    }
+
+    #[test]
+    fn unknown_keys_name_their_table() {
+        let e = load_str(&format!("{MINIMAL}[worker]\nconcurency = 3\n")).unwrap_err();
+        assert!(
+            e.contains("worker") && e.contains("unknown field `concurency`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let q = "[[queue]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n";
+        for (text, key) in [
+            (
+                format!("{MINIMAL}[worker]\nconcurrency = 0\n"),
+                "worker.concurrency",
+            ),
+            (
+                format!("{MINIMAL}[worker]\nconcurrency = 1000000\n"),
+                "worker.concurrency",
+            ),
+            (
+                format!("{MINIMAL}[worker]\npoll_interval = \"0s\"\n"),
+                "worker.poll_interval",
+            ),
+            (
+                format!("{MINIMAL}[reaper]\nstale_after = \"-5s\"\n"),
+                "reaper.stale_after",
+            ),
+            (
+                format!("{MINIMAL}{q}timeout = \"soon\"\n"),
+                "queue[0].timeout",
+            ),
+            (format!("{MINIMAL}{q}{q}"), "queue[1].name"),
+            (
+                format!("{MINIMAL}[[queue]]\nname = \"a b\"\ncommand = [\"x\"]\n"),
+                "queue[0].name",
+            ),
+            (
+                format!("{MINIMAL}[[queue]]\nname = \"a\"\ncommand = []\n"),
+                "queue[0].command",
+            ),
+            (
+                format!("{MINIMAL}{q}pass_env = [\"MYJOB_DATABASE_URL\"]\n"),
+                "queue[0].pass_env",
+            ),
+            (
+                "[database]\nurl = \"mysql:///test\"\n".to_owned(),
+                "database.url",
+            ),
+            ("[worker]\n".to_owned(), "database.url"),
+        ] {
+            let e = load_str(&text).unwrap_err();
+            assert!(e.starts_with(key), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn wrong_types_name_their_key() {
+        let e = load_str(&format!("{MINIMAL}[worker]\nconcurrency = \"eight\"\n")).unwrap_err();
+        assert!(e.contains("worker.concurrency"), "{e}");
+    }
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999999999999h").is_err());
+    }
+}

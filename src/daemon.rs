@@ -1,0 +1,154 @@
+//! `myjob run`: starts an instance's tasks, reloads on request, and stops them in order.
+//!
+//! The stop order, written down once:
+//! 1. SIGTERM or SIGINT cancels the shutdown token (see `cli`).
+//! 2. This function sends STOPPING=1; the consumer stops claiming at once.
+//! 3. The consumer gives running handlers `shutdown_timeout` to finish, then kills them and
+//!    releases their jobs without using up an attempt, and writes every outcome.
+//! 4. The reaper, which watches the same token, ends its current pass and disconnects.
+//! 5. The status task sends its last STATUS=, and `run` returns: exit 0.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::claim::Consumer;
+use crate::config::Settings;
+use crate::error::{Error, ExitCode, OrExit};
+use crate::notify;
+use crate::reaper::Reaper;
+use crate::stats::Stats;
+use crate::{db, schema};
+
+/// What `myjob run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub config: PathBuf,
+    /// The instance name (`myjob@N`'s N): in logs, in `worker`, and in `MYJOB_INSTANCE`.
+    pub instance: String,
+}
+
+/// Runs an instance until `shutdown` fires; each notification on `reload` re-reads the config.
+pub async fn run(
+    opts: RunOptions,
+    shutdown: CancellationToken,
+    reload: Arc<Notify>,
+) -> Result<(), Error> {
+    let settings = Settings::load(&opts.config).or_exit(ExitCode::Config)?;
+    settings.check_runnable().or_exit(ExitCode::Config)?;
+    let queues: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
+    info!(
+        instance = %opts.instance,
+        config = %opts.config.display(),
+        database = %settings.database.display,
+        concurrency = settings.worker.concurrency,
+        "myjob starting; queues: {}",
+        queues.join(", ")
+    );
+
+    // Wait for the database as long as it takes: READY=1 only once it answers and the schema
+    // fits. A missing or newer schema is a configuration error, not worth retrying.
+    let Some(mut conn) =
+        db::connect_retrying(&settings.database.opts, "startup", &shutdown, || {}).await
+    else {
+        return Ok(());
+    };
+    schema::check(&mut conn)
+        .await
+        .or_exit(ExitCode::Unavailable)?
+        .or_exit(ExitCode::Config)?;
+    let _ = conn.disconnect().await;
+
+    let db_opts = settings.database.opts.clone();
+    let (settings_tx, settings_rx) = watch::channel(Arc::new(settings));
+    let stats = Arc::new(Stats::default());
+    let consumer = Consumer::new(
+        db_opts.clone(),
+        settings_rx.clone(),
+        &opts.instance,
+        stats.clone(),
+    );
+    let reaper = Reaper::new(db_opts, settings_rx);
+
+    let consumer = tokio::spawn(consumer.run(shutdown.clone()));
+    let reaper = tokio::spawn(reaper.run(shutdown.clone()));
+    let status_stop = CancellationToken::new();
+    let status = tokio::spawn(status_loop(stats.clone(), status_stop.clone()));
+    notify::notify_ready();
+    info!("ready");
+
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = reload.notified() => reload_settings(&opts, &settings_tx),
+        }
+    }
+
+    notify::notify_stopping();
+    info!("stopping: no new claims");
+    let consumer = consumer.await;
+    let reaper = reaper.await;
+    status_stop.cancel();
+    let _ = status.await;
+    if let Err(e) = consumer.and(reaper) {
+        return Err(Error::new(
+            ExitCode::Software,
+            anyhow::anyhow!("a task failed: {e}"),
+        ));
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// SIGHUP: read the file again. A bad file is logged and the settings in use are kept. The
+/// database settings are read only at start.
+fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>) {
+    notify::notify_reloading();
+    match Settings::load(&opts.config).and_then(|s| s.check_runnable().map(|()| s)) {
+        Ok(new) => {
+            let old = tx.borrow().clone();
+            if new.database.display != old.database.display {
+                warn!("reload: [database] changes take effect at the next restart");
+            }
+            let queues: Vec<&str> = new.queues.iter().map(|q| q.name.as_str()).collect();
+            info!(
+                concurrency = new.worker.concurrency,
+                "reload: new configuration in use; queues: {}",
+                queues.join(", ")
+            );
+            tx.send_replace(Arc::new(new));
+        }
+        Err(e) => error!("reload: keeping the configuration in use: {e}"),
+    }
+    notify::notify_reloaded();
+}
+
+/// Reports STATUS= to systemd, and pets the watchdog while the consumer loop keeps turning.
+/// A consumer stuck for half the watchdog period gets no ping, and systemd restarts the unit.
+async fn status_loop(stats: Arc<Stats>, stop: CancellationToken) {
+    let watchdog = notify::watchdog_timeout();
+    let period = watchdog.map_or(Duration::from_secs(2), |w| {
+        (w / 2).min(Duration::from_secs(2))
+    });
+    let mut last = String::new();
+    loop {
+        if let Some(w) = watchdog {
+            if stats.since_beat() < w / 2 {
+                notify::notify_watchdog();
+            }
+        }
+        let line = stats.summary();
+        if line != last {
+            notify::notify_status(&line);
+            last = line;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Database connections: opening a dedicated connection, reconnecting with backoff, and
+//! telling which server (and which start of it) a connection id belongs to.
+//!
+//! myjob never uses a pool for claims: a claimer's `CONNECTION_ID()` is how the reaper knows
+//! the claimer is alive, so the connection must live exactly as long as the claimer does.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Opts, OptsBuilder};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// Opens one connection. Sessions read committed data, so a claim skips rows it does not take
+/// instead of holding their locks (InnoDB's semi-consistent read).
+pub async fn connect(opts: &Opts) -> anyhow::Result<Conn> {
+    // Fencing reads affected-row counts as "rows changed", so CLIENT_FOUND_ROWS (which counts
+    // rows matched) stays off whatever the url asks for.
+    let opts = OptsBuilder::from_opts(opts.clone())
+        .client_found_rows(false)
+        .init(vec![
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        ]);
+    match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts)).await {
+        Ok(conn) => conn.map_err(|e| anyhow::anyhow!(describe(&e))),
+        Err(_) => anyhow::bail!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+    }
+}
+
+/// A connection attempt that hangs (a host that drops packets) must not stall a loop for the
+/// kernel's TCP timeout of minutes.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connects, retrying with capped exponential backoff until it works or `shutdown` fires.
+/// Logs one line per failed attempt, and calls `on_attempt` before each (the consumer uses
+/// it to show the watchdog it is not stuck). `None` means `shutdown` came first.
+pub async fn connect_retrying(
+    opts: &Opts,
+    what: &str,
+    shutdown: &CancellationToken,
+    mut on_attempt: impl FnMut(),
+) -> Option<Conn> {
+    let mut delay = Duration::from_millis(200);
+    let mut attempt = 1u32;
+    loop {
+        on_attempt();
+        match connect(opts).await {
+            Ok(conn) => return Some(conn),
+            Err(e) => {
+                warn!(attempt, retry_in = ?delay, "{what}: cannot connect to the database: {e:#}");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+        attempt += 1;
+    }
+}
+
+/// A one-line description of a driver error. mysql_async's own Display of some errors spans
+/// several lines; logs and exit messages want one.
+pub fn describe(e: &mysql_async::Error) -> String {
+    e.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Which server a connection id belongs to: `host:port/start`, where start is the server's
+/// start time in Unix seconds. Connection ids restart at 1 when the server restarts, so an id
+/// alone cannot say whether its claimer is alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerId {
+    pub host_port: String,
+    pub started: i64,
+}
+
+impl ServerId {
+    /// Reads the identity of the server `conn` is connected to.
+    pub async fn of(conn: &mut Conn) -> anyhow::Result<ServerId> {
+        let row: Option<(String, i64, i64)> = conn
+            .query_first(
+                "SELECT @@hostname, @@port, UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED) \
+                 FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
+            )
+            .await
+            .context("reading the server's identity")?;
+        let (host, port, started) = row.context("the server reports no uptime")?;
+        Ok(ServerId {
+            host_port: format!("{host}:{port}"),
+            started,
+        })
+    }
+
+    /// Parses what [`ServerId`]'s Display wrote into `owner_server`.
+    pub fn parse(s: &str) -> Option<ServerId> {
+        let (host_port, started) = s.rsplit_once('/')?;
+        Some(ServerId {
+            host_port: host_port.to_owned(),
+            started: started.parse().ok()?,
+        })
+    }
+
+    /// The same server, started at the same time. Start times are computed from a whole-second
+    /// uptime, so two readings of one start may differ by a second; a restart within two
+    /// seconds of the previous start is not a real case.
+    pub fn same_life(&self, other: &ServerId) -> bool {
+        self.host_port == other.host_port && (self.started - other.started).abs() <= 2
+    }
+}
+
+impl std::fmt::Display for ServerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.host_port, self.started)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_ids_round_trip_and_tolerate_a_second() {
+        let a = ServerId {
+            host_port: "db:3306".into(),
+            started: 1000,
+        };
+        assert_eq!(ServerId::parse(&a.to_string()), Some(a.clone()));
+        assert!(a.same_life(&ServerId {
+            started: 1001,
+            ..a.clone()
+        }));
+        assert!(!a.same_life(&ServerId {
+            started: 1300,
+            ..a.clone()
+        }));
+        assert!(!a.same_life(&ServerId {
+            host_port: "db2:3306".into(),
+            ..a.clone()
+        }));
+    }
+}

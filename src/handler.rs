@@ -1,0 +1,320 @@
+//! Runs one job's handler: a subprocess in its own process group, with a cleared environment,
+//! the payload on stdin, its output logged line by line, and a timeout that ends the group.
+
+use std::ffi::OsString;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::QueueSettings;
+
+/// The PATH a handler gets when myjob itself has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The most bytes of one output line that are logged; a longer line is split.
+const MAX_LINE: usize = 4096;
+/// The most lines of one stream of one job that are logged; the rest is read and counted, so
+/// a handler that writes without end cannot flood the journal or block on a full pipe.
+const MAX_LINES: u64 = 1000;
+/// How much of the end of stderr is kept for `last_error`.
+const STDERR_TAIL: usize = 2000;
+/// After the handler exits, how long its output pipes may stay open (held by a child that
+/// escaped the process group) before myjob stops reading them.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
+/// The job as the handler sees it.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: u64,
+    pub queue: String,
+    pub payload: Arc<[u8]>,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub batch_id: u64,
+    pub instance: String,
+}
+
+/// How the handler ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// Exit status 0.
+    Success,
+    /// Anything else: a non-zero exit, a signal, a timeout, or a handler that would not start.
+    /// `code` is the exit code when there was one.
+    Failed { reason: String, code: Option<i32> },
+    /// Killed because myjob is shutting down and the handler outlived `shutdown_timeout`.
+    Aborted,
+}
+
+/// Runs `queue`'s command for `job` and waits for it, at most `queue.timeout`; then SIGTERM to
+/// its process group, and SIGKILL `kill_grace` later. `abort` (fired when a shutdown runs out
+/// of time) kills the group at once.
+pub async fn run(
+    job: &Job,
+    queue: &QueueSettings,
+    kill_grace: Duration,
+    abort: &CancellationToken,
+) -> Exit {
+    #[cfg(feature = "bench")]
+    if queue.command[0] == crate::config::NOOP_HANDLER {
+        return Exit::Success;
+    }
+    let mut child = match command(job, queue).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return Exit::Failed {
+                reason: format!("cannot start {}: {e}", queue.command[0]),
+                code: None,
+            }
+        }
+    };
+    // The child leads its own group (process_group(0)), so its pid is the group id, and
+    // killpg reaches whatever it forked too.
+    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+
+    let stdin = child.stdin.take();
+    let payload = job.payload.clone();
+    let writer = tokio::spawn(async move {
+        if let Some(mut stdin) = stdin {
+            // A handler may exit, or close stdin, without reading it all: a broken pipe here
+            // is its business, not an error of ours.
+            let _ = stdin.write_all(&payload).await;
+        }
+    });
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| tokio::spawn(pump(s, job.id, "stdout")));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(pump(s, job.id, "stderr")));
+
+    let waited = tokio::select! {
+        status = child.wait() => Waited::Exited(status),
+        _ = tokio::time::sleep(queue.timeout) => Waited::TimedOut,
+        _ = abort.cancelled() => Waited::Aborted,
+    };
+    let ended = match waited {
+        Waited::Exited(status) => Ended::Status(status),
+        Waited::TimedOut => {
+            warn!(job_id = job.id, timeout = ?queue.timeout, "handler timed out: SIGTERM to its process group");
+            signal_group(group, Signal::SIGTERM);
+            tokio::select! {
+                status = child.wait() => { let _ = status; }
+                _ = tokio::time::sleep(kill_grace) => {
+                    warn!(job_id = job.id, "handler ignored SIGTERM: SIGKILL to its process group");
+                    signal_group(group, Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+                _ = abort.cancelled() => {
+                    signal_group(group, Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+            }
+            Ended::TimedOut
+        }
+        Waited::Aborted => {
+            signal_group(group, Signal::SIGKILL);
+            let _ = child.wait().await;
+            Ended::Aborted
+        }
+    };
+    // Whatever the handler left behind in its group dies with it.
+    signal_group(group, Signal::SIGKILL);
+
+    writer.abort();
+    if let Some(out) = stdout {
+        let _ = finish(out).await;
+    }
+    let tail = match stderr {
+        Some(err) => finish(err).await.unwrap_or_default(),
+        None => String::new(),
+    };
+    let with_tail = |reason: String| {
+        if tail.is_empty() {
+            reason
+        } else {
+            format!("{reason}; stderr: {tail}")
+        }
+    };
+    match ended {
+        Ended::Status(Ok(status)) if status.success() => Exit::Success,
+        Ended::Status(Ok(status)) => Exit::Failed {
+            reason: with_tail(describe(status)),
+            code: status.code(),
+        },
+        Ended::Status(Err(e)) => Exit::Failed {
+            reason: format!("cannot wait for the handler: {e}"),
+            code: None,
+        },
+        Ended::TimedOut => Exit::Failed {
+            reason: with_tail(format!(
+                "timed out after {}",
+                humantime::format_duration(queue.timeout)
+            )),
+            code: None,
+        },
+        Ended::Aborted => Exit::Aborted,
+    }
+}
+
+enum Waited {
+    Exited(std::io::Result<ExitStatus>),
+    TimedOut,
+    Aborted,
+}
+
+enum Ended {
+    Status(std::io::Result<ExitStatus>),
+    TimedOut,
+    Aborted,
+}
+
+/// The handler's command: argv as configured, a cleared environment with only PATH, LANG, the
+/// queue's `pass_env` and the job's MYJOB_* variables, and a process group of its own.
+fn command(job: &Job, queue: &QueueSettings) -> Command {
+    let mut cmd = Command::new(&queue.command[0]);
+    cmd.args(&queue.command[1..]).env_clear().env(
+        "PATH",
+        std::env::var_os("PATH").unwrap_or_else(|| OsString::from(DEFAULT_PATH)),
+    );
+    for name in std::iter::once("LANG").chain(queue.pass_env.iter().map(String::as_str)) {
+        if let Some(value) = std::env::var_os(name) {
+            cmd.env(name, value);
+        }
+    }
+    cmd.env("MYJOB_JOB_ID", job.id.to_string())
+        .env("MYJOB_QUEUE", &job.queue)
+        .env("MYJOB_ATTEMPT", job.attempt.to_string())
+        .env("MYJOB_MAX_ATTEMPTS", job.max_attempts.to_string())
+        .env("MYJOB_BATCH_ID", job.batch_id.to_string())
+        .env("MYJOB_INSTANCE", &job.instance)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: a terminal's Ctrl-C reaches myjob, not the handlers (they get the
+        // drain instead), and killpg reaches the handler's children.
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
+}
+
+fn signal_group(group: Option<Pid>, signal: Signal) {
+    if let Some(pgid) = group {
+        // ESRCH (the group is gone) is the normal case after a clean exit.
+        let _ = killpg(pgid, signal);
+    }
+}
+
+/// Waits for an output reader, giving up shortly after the handler exited: a grandchild that
+/// left the process group may hold the pipe open for ever.
+async fn finish(task: tokio::task::JoinHandle<String>) -> Option<String> {
+    let abort = task.abort_handle();
+    match tokio::time::timeout(DRAIN_AFTER_EXIT, task).await {
+        Ok(Ok(tail)) => Some(tail),
+        _ => {
+            abort.abort();
+            None
+        }
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => {
+            let name = Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("?");
+            format!("killed by signal {sig} ({name})")
+        }
+        _ => status.to_string(),
+    }
+}
+
+/// Logs a stream line by line, tagged with the job id, and returns its last bytes (for
+/// stderr's part in `last_error`).
+async fn pump(mut stream: impl AsyncRead + Unpin, job_id: u64, name: &'static str) -> String {
+    let mut buf = Vec::with_capacity(8192);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut tail: Vec<u8> = Vec::new();
+    let mut lines = 0u64;
+    loop {
+        let n = match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > 2 * STDERR_TAIL {
+            tail.drain(..tail.len() - STDERR_TAIL);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut start = 0;
+        while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
+            emit(&buf[start..start + pos], job_id, name, &mut lines);
+            start += pos + 1;
+        }
+        buf.drain(..start);
+        while buf.len() >= MAX_LINE {
+            let rest = buf.split_off(MAX_LINE);
+            emit(&buf, job_id, name, &mut lines);
+            buf = rest;
+        }
+    }
+    if !buf.is_empty() {
+        emit(&buf, job_id, name, &mut lines);
+    }
+    if lines > MAX_LINES {
+        info!(
+            job_id,
+            stream = name,
+            "{} more lines not logged",
+            lines - MAX_LINES
+        );
+    }
+    if tail.len() > STDERR_TAIL {
+        tail.drain(..tail.len() - STDERR_TAIL);
+    }
+    clean(&tail).trim().to_owned()
+}
+
+fn emit(line: &[u8], job_id: u64, stream: &'static str, lines: &mut u64) {
+    *lines += 1;
+    if *lines <= MAX_LINES {
+        info!(job_id, stream, "{}", clean(line));
+    }
+}
+
+/// Text safe for a log line: invalid UTF-8 and control characters (a NUL, an escape sequence,
+/// a carriage return) become U+FFFD.
+fn clean(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_keeps_text_and_replaces_what_would_break_a_log_line() {
+        assert_eq!(clean(b"ok\ttab"), "ok\ttab");
+        assert_eq!(clean(b"a\0b\x1b[31m\r"), "a\u{FFFD}b\u{FFFD}[31m\u{FFFD}");
+        assert_eq!(clean(&[0x66, 0xff, 0x6f]), "f\u{FFFD}o");
+    }
+}

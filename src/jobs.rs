@@ -1,0 +1,398 @@
+//! Every statement myjob sends about `myjob_jobs`, and nothing else. Values are always bound
+//! as parameters; only the number of `?` in an `IN (…)` list varies.
+//!
+//! Every write about a claimed job is fenced by its `batch_id`: the reaper clears `batch_id`
+//! when it puts a job back, and a new claim stamps a new one, so a late write from the old
+//! owner matches no row and changes nothing.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Params, TxOpts, Value};
+
+/// A job as the claim hands it out.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub id: u64,
+    pub queue: String,
+    pub payload: Vec<u8>,
+    /// This attempt's number, counting from 1 (the claim adds one to `attempts`).
+    pub attempt: u32,
+    /// The job's own limit; NULL means the queue's.
+    pub max_attempts: Option<u32>,
+}
+
+/// Who claims: written into the claimed rows for the reaper and for people reading the table.
+pub struct Claimer<'a> {
+    pub owner_server: &'a str,
+    pub worker: &'a str,
+}
+
+/// A fresh batch id: random, so claimers on different hosts need no coordination, and never
+/// 0 so it cannot be mistaken for a missing one.
+pub fn new_batch_id() -> u64 {
+    loop {
+        let id = rand::random::<u64>();
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// `?, ?, …` for `n` values, with `n` rounded up to a power of two (the list is padded by
+/// repeating its last value, which changes nothing in an `IN`). A few sizes of statement stay
+/// in the driver's prepared-statement cache instead of one per batch length.
+fn in_list<T: Clone + Into<Value>>(values: &[T]) -> (String, Vec<Value>) {
+    let n = values.len().max(1).next_power_of_two();
+    let mut bound: Vec<Value> = values.iter().cloned().map(Into::into).collect();
+    while bound.len() < n {
+        bound.push(bound.last().cloned().unwrap_or(Value::NULL));
+    }
+    (vec!["?"; n].join(", "), bound)
+}
+
+/// Claims up to `limit` due jobs of `queues` with the batch_id pattern: one UPDATE stamps
+/// them, one SELECT reads them back. Returns them in run order.
+pub async fn claim(
+    conn: &mut Conn,
+    batch_id: u64,
+    queues: &[String],
+    limit: usize,
+    who: &Claimer<'_>,
+) -> anyhow::Result<Vec<ClaimedJob>> {
+    let (list, queue_values) = in_list(queues);
+    // FORCE INDEX: left alone, the optimizer may pick another index with `status` in it and
+    // filesort every pending row; the claim index walks pending rows in run order and stops
+    // after `limit` (see tests/claim_cost.rs).
+    let sql = format!(
+        "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+         SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
+             worker = ?, claimed_at = NOW(6), attempts = attempts + 1 \
+         WHERE status = 'pending' AND run_at <= NOW(6) AND queue IN ({list}) \
+         ORDER BY priority DESC, id LIMIT ?"
+    );
+    let mut params: Vec<Value> = vec![batch_id.into(), who.owner_server.into(), who.worker.into()];
+    params.extend(queue_values);
+    params.push((limit as u64).into());
+    conn.exec_drop(sql, Params::Positional(params))
+        .await
+        .context("claiming jobs")?;
+    if conn.affected_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    type Row = (u64, String, Vec<u8>, u32, Option<u32>);
+    let rows: Vec<Row> = conn
+        .exec(
+            "SELECT id, queue, payload, attempts, max_attempts FROM myjob_jobs \
+             WHERE batch_id = ? ORDER BY priority DESC, id",
+            (batch_id,),
+        )
+        .await
+        .context("reading the claimed batch")?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, queue, payload, attempt, max_attempts)| ClaimedJob {
+            id,
+            queue,
+            payload,
+            attempt,
+            max_attempts,
+        })
+        .collect())
+}
+
+/// What to write about one finished job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// The handler succeeded.
+    Done,
+    /// Back to `pending`, due again after `delay`.
+    Retry { delay: Duration, error: String },
+    /// Out of attempts, or a permanent failure.
+    Fail { error: String },
+    /// Back to `pending` at once, and the attempt does not count: the job was cut short by a
+    /// shutdown, not by anything it did.
+    Release,
+}
+
+/// One job's outcome, with the batch that fences it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub job_id: u64,
+    pub batch_id: u64,
+    pub write: Write,
+}
+
+/// Writes a set of outcomes in one transaction: one statement per batch for `done` and
+/// `release` (the common case), one per job for retries and failures (which carry their own
+/// error text and due time). Returns the ids whose write matched no row because the job was
+/// reaped and claimed again meanwhile.
+pub async fn write_outcomes(conn: &mut Conn, outcomes: &[Outcome]) -> anyhow::Result<Vec<u64>> {
+    let mut fenced = Vec::new();
+    let mut tx = conn
+        .start_transaction(TxOpts::default())
+        .await
+        .context("starting the outcome transaction")?;
+
+    // Group the per-batch kinds: (batch_id, is_release) -> ids.
+    let mut groups: Vec<(u64, bool, Vec<u64>)> = Vec::new();
+    for o in outcomes {
+        let release = match &o.write {
+            Write::Done => false,
+            Write::Release => true,
+            Write::Retry { delay, error } => {
+                tx.exec_drop(
+                    "UPDATE myjob_jobs SET status = 'pending', \
+                         run_at = NOW(6) + INTERVAL ? MICROSECOND, last_error = ?, \
+                         batch_id = NULL, owner_conn = NULL, owner_server = NULL, worker = NULL, \
+                         claimed_at = NULL \
+                     WHERE id = ? AND batch_id = ? AND status = 'claimed'",
+                    (delay.as_micros() as u64, error, o.job_id, o.batch_id),
+                )
+                .await
+                .context("writing a retry")?;
+                if tx.affected_rows() == 0 {
+                    fenced.push(o.job_id);
+                }
+                continue;
+            }
+            Write::Fail { error } => {
+                tx.exec_drop(
+                    "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
+                     WHERE id = ? AND batch_id = ? AND status = 'claimed'",
+                    (error, o.job_id, o.batch_id),
+                )
+                .await
+                .context("writing a failure")?;
+                if tx.affected_rows() == 0 {
+                    fenced.push(o.job_id);
+                }
+                continue;
+            }
+        };
+        match groups
+            .iter_mut()
+            .find(|g| g.0 == o.batch_id && g.1 == release)
+        {
+            Some(g) => g.2.push(o.job_id),
+            None => groups.push((o.batch_id, release, vec![o.job_id])),
+        }
+    }
+
+    for (batch_id, release, ids) in groups {
+        let (list, id_values) = in_list(&ids);
+        let set = if release {
+            "status = 'pending', attempts = GREATEST(attempts, 1) - 1, batch_id = NULL, \
+             owner_conn = NULL, owner_server = NULL, worker = NULL, claimed_at = NULL"
+        } else {
+            "status = 'done', finished_at = NOW(6)"
+        };
+        let mut params: Vec<Value> = id_values;
+        params.push(batch_id.into());
+        tx.exec_drop(
+            format!("UPDATE myjob_jobs SET {set} WHERE id IN ({list}) AND batch_id = ? AND status = 'claimed'"),
+            Params::Positional(params.clone()),
+        )
+        .await
+        .context("writing finished jobs")?;
+        if (tx.affected_rows() as usize) < ids.len() {
+            // Rare: find out which ones lost their claim, to name them in the log.
+            let still: Vec<u64> = tx
+                .exec(
+                    format!("SELECT id FROM myjob_jobs WHERE id IN ({list}) AND batch_id = ?"),
+                    Params::Positional(params),
+                )
+                .await
+                .context("reading which jobs lost their claim")?;
+            fenced.extend(ids.iter().filter(|id| !still.contains(id)));
+        }
+    }
+    tx.commit().await.context("committing outcomes")?;
+    Ok(fenced)
+}
+
+/// After a reconnect: marks this worker's live claims as owned by the new connection, so the
+/// reaper does not take them from handlers that are still running. Fenced by batch_id: a batch
+/// the reaper already put back is not taken again.
+pub async fn adopt(conn: &mut Conn, batch_ids: &[u64], owner_server: &str) -> anyhow::Result<u64> {
+    if batch_ids.is_empty() {
+        return Ok(0);
+    }
+    let (list, values) = in_list(batch_ids);
+    let mut params: Vec<Value> = vec![owner_server.into()];
+    params.extend(values);
+    conn.exec_drop(
+        format!(
+            "UPDATE myjob_jobs SET owner_conn = CONNECTION_ID(), owner_server = ? \
+             WHERE status = 'claimed' AND batch_id IN ({list})"
+        ),
+        Params::Positional(params),
+    )
+    .await
+    .context("adopting claims after a reconnect")?;
+    Ok(conn.affected_rows())
+}
+
+/// A claim older than the reaper's threshold, with what it needs to judge it.
+#[derive(Debug, Clone)]
+pub struct OldClaim {
+    pub id: u64,
+    pub queue: String,
+    pub batch_id: Option<u64>,
+    pub owner_conn: Option<u64>,
+    pub owner_server: Option<String>,
+    pub attempts: u32,
+    pub max_attempts: Option<u32>,
+}
+
+/// Claims made more than `older_than` ago (at most `limit` of them).
+pub async fn old_claims(
+    conn: &mut Conn,
+    older_than: Duration,
+    limit: usize,
+) -> anyhow::Result<Vec<OldClaim>> {
+    type Row = (
+        u64,
+        String,
+        Option<u64>,
+        Option<u64>,
+        Option<String>,
+        u32,
+        Option<u32>,
+    );
+    let rows: Vec<Row> = conn
+        .exec(
+            "SELECT id, queue, batch_id, owner_conn, owner_server, attempts, max_attempts \
+             FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
+             WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
+             ORDER BY claimed_at LIMIT ?",
+            (older_than.as_micros() as u64, limit as u64),
+        )
+        .await
+        .context("reading old claims")?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(id, queue, batch_id, owner_conn, owner_server, attempts, max_attempts)| OldClaim {
+                id,
+                queue,
+                batch_id,
+                owner_conn,
+                owner_server,
+                attempts,
+                max_attempts,
+            },
+        )
+        .collect())
+}
+
+/// Takes a dead owner's claim back: to `pending`, or to `failed` when `fail` (its attempts are
+/// used up). Fenced by the batch_id and owner the reaper saw: a claim adopted by its
+/// worker's new connection meanwhile is left alone. Returns whether the row changed.
+pub async fn reset_claim(
+    conn: &mut Conn,
+    claim: &OldClaim,
+    fail: bool,
+    error: &str,
+) -> anyhow::Result<bool> {
+    let sql = if fail {
+        "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
+         WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? AND status = 'claimed'"
+    } else {
+        "UPDATE myjob_jobs SET status = 'pending', run_at = NOW(6), last_error = ?, batch_id = NULL, \
+             owner_conn = NULL, owner_server = NULL, worker = NULL, claimed_at = NULL \
+         WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? AND status = 'claimed'"
+    };
+    conn.exec_drop(
+        sql,
+        (
+            error,
+            claim.id,
+            claim.batch_id,
+            claim.owner_conn,
+            &claim.owner_server,
+        ),
+    )
+    .await
+    .context("resetting a stale claim")?;
+    Ok(conn.affected_rows() == 1)
+}
+
+/// A job to insert.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub queue: String,
+    pub payload: Vec<u8>,
+    pub priority: i16,
+    pub max_attempts: Option<u32>,
+    pub delay: Duration,
+    pub unique_key: Option<String>,
+}
+
+/// What `enqueue` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new row.
+    Inserted(u64),
+    /// A pending job had the same unique key: its payload and run time were replaced.
+    Replaced(u64),
+    /// A job with the same unique key is running now; nothing was changed.
+    Running(u64),
+}
+
+/// Inserts a job. With a unique key held by a pending job, the later payload and run time
+/// win and the old id is returned; held by a running job, nothing changes.
+pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> {
+    let mut tx = conn
+        .start_transaction(TxOpts::default())
+        .await
+        .context("starting the enqueue transaction")?;
+    // `id = LAST_INSERT_ID(id)` makes the existing row's id the one the client reads back.
+    tx.exec_drop(
+        "INSERT INTO myjob_jobs (queue, payload, priority, max_attempts, run_at, unique_key) \
+         VALUES (?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND, ?) \
+         ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), \
+             payload = IF(status = 'pending', VALUES(payload), payload), \
+             run_at = IF(status = 'pending', VALUES(run_at), run_at)",
+        (
+            &job.queue,
+            &job.payload,
+            job.priority,
+            job.max_attempts,
+            job.delay.as_micros() as u64,
+            &job.unique_key,
+        ),
+    )
+    .await
+    .context("inserting the job")?;
+    let inserted = tx.affected_rows() == 1;
+    let id = tx
+        .last_insert_id()
+        .context("the server returned no job id")?;
+    let status: Option<String> = tx
+        .exec_first("SELECT status FROM myjob_jobs WHERE id = ?", (id,))
+        .await
+        .context("reading the job back")?;
+    let result = match status.as_deref() {
+        _ if inserted => Enqueued::Inserted(id),
+        Some("pending") => Enqueued::Replaced(id),
+        _ => Enqueued::Running(id),
+    };
+    tx.commit().await.context("committing the job")?;
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_lists_come_in_few_sizes() {
+        let (sql, v) = in_list(&[1u64, 2, 3]);
+        assert_eq!(sql, "?, ?, ?, ?");
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[3], Value::from(3u64));
+        assert_eq!(in_list(&[7u64]).0, "?");
+    }
+}

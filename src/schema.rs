@@ -1,0 +1,104 @@
+//! The schema: the migrations compiled into the binary, `myjob migrate` applying them, and
+//! the check that `myjob run` makes before it touches a job.
+
+use anyhow::Context as _;
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+
+/// Every migration, in order. Each is applied once and recorded in `myjob_schema_migrations`.
+const MIGRATIONS: &[(u32, &str, &str)] = &[(
+    1,
+    "create_jobs",
+    include_str!("../migrations/0001_create_jobs.sql"),
+)];
+
+/// The schema version this binary needs.
+pub fn latest() -> u32 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}
+
+const CREATE_VERSIONS: &str = "CREATE TABLE IF NOT EXISTS myjob_schema_migrations (
+  version    INT UNSIGNED NOT NULL PRIMARY KEY,
+  name       VARCHAR(255) NOT NULL,
+  applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4";
+
+/// Applies the migrations not yet recorded; returns the versions it applied. A named lock
+/// keeps two `migrate` runs from applying the same one at once.
+pub async fn migrate(conn: &mut Conn) -> anyhow::Result<Vec<u32>> {
+    let locked: Option<i64> = conn
+        .query_first("SELECT GET_LOCK('myjob_migrate', 60)")
+        .await
+        .context("taking the migration lock")?;
+    if locked != Some(1) {
+        anyhow::bail!("another myjob migrate has held the migration lock for 60 s");
+    }
+    let result = apply(conn).await;
+    let _ = conn.query_drop("DO RELEASE_LOCK('myjob_migrate')").await;
+    result
+}
+
+async fn apply(conn: &mut Conn) -> anyhow::Result<Vec<u32>> {
+    conn.query_drop(CREATE_VERSIONS)
+        .await
+        .context("creating myjob_schema_migrations")?;
+    let applied = applied_versions(conn).await?;
+    let mut done = Vec::new();
+    for &(version, name, sql) in MIGRATIONS {
+        if applied.contains(&version) {
+            continue;
+        }
+        // DDL commits by itself in MariaDB, so a migration cannot share a transaction with
+        // its record; each is written to be safe to apply again (IF NOT EXISTS).
+        conn.query_drop(sql)
+            .await
+            .with_context(|| format!("applying migration {version} ({name})"))?;
+        conn.exec_drop(
+            "INSERT INTO myjob_schema_migrations (version, name) VALUES (?, ?)",
+            (version, name),
+        )
+        .await
+        .with_context(|| format!("recording migration {version}"))?;
+        done.push(version);
+    }
+    Ok(done)
+}
+
+async fn applied_versions(conn: &mut Conn) -> anyhow::Result<Vec<u32>> {
+    conn.query("SELECT version FROM myjob_schema_migrations ORDER BY version")
+        .await
+        .context("reading myjob_schema_migrations")
+}
+
+/// Why the schema does not fit this binary.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("schema: the database has no myjob tables; run `myjob migrate` first")]
+    Missing,
+    #[error("schema: the database is at version {found}, this myjob needs {needed}; run `myjob migrate`")]
+    Behind { found: u32, needed: u32 },
+    #[error("schema: the database is at version {found}, newer than this myjob knows ({needed}); upgrade myjob")]
+    Ahead { found: u32, needed: u32 },
+}
+
+/// Checks that the database is at exactly the version this binary needs.
+pub async fn check(conn: &mut Conn) -> anyhow::Result<Result<(), SchemaError>> {
+    let exists: Option<i64> = conn
+        .query_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'myjob_schema_migrations'",
+        )
+        .await
+        .context("looking for myjob_schema_migrations")?;
+    if exists != Some(1) {
+        return Ok(Err(SchemaError::Missing));
+    }
+    let found = applied_versions(conn).await?.last().copied().unwrap_or(0);
+    let needed = latest();
+    Ok(match found {
+        0 => Err(SchemaError::Missing),
+        f if f < needed => Err(SchemaError::Behind { found, needed }),
+        f if f > needed => Err(SchemaError::Ahead { found, needed }),
+        _ => Ok(()),
+    })
+}
