@@ -52,7 +52,7 @@ struct EnqueueArgs {
     #[arg(long, default_value = "default")]
     queue: String,
     /// Run no sooner than this from now, e.g. 30s, 5m, 2h.
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     delay: Option<String>,
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]

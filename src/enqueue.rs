@@ -5,6 +5,7 @@ use std::io::Read;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use mysql_async::prelude::*;
 use tracing::warn;
 
 use crate::config::{check_queue_name, Settings};
@@ -14,6 +15,8 @@ use crate::{db, schema};
 
 /// The largest payload the column holds (MEDIUMBLOB: 16 MiB less one byte).
 pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024 - 1;
+/// Room in a packet for the statement and the other values besides the payload.
+const PACKET_OVERHEAD: u64 = 4096;
 /// The unique_key column's size, in characters.
 pub const MAX_UNIQUE_KEY: usize = 191;
 
@@ -99,6 +102,23 @@ pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<u64, Error> {
         .await
         .or_exit(ExitCode::Unavailable)?
         .or_exit(ExitCode::Config)?;
+    // The payload travels in one packet: past the server's max_allowed_packet the driver
+    // only reports "packets out of sync", so say what is wrong before sending.
+    let limit: Option<u64> = conn
+        .query_first("SELECT @@max_allowed_packet")
+        .await
+        .or_exit(ExitCode::Unavailable)?;
+    let limit = limit.unwrap_or(u64::MAX);
+    if job.payload.len() as u64 + PACKET_OVERHEAD > limit {
+        let _ = conn.disconnect().await;
+        return Err(Error::new(
+            ExitCode::Data,
+            anyhow!(
+                "payload: {} bytes do not fit the server's max_allowed_packet of {limit} bytes (raise it on the server to enqueue payloads this large)",
+                job.payload.len()
+            ),
+        ));
+    }
     let result = jobs::enqueue(&mut conn, job).await.or_exit(ExitCode::Data);
     let _ = conn.disconnect().await;
     match result? {

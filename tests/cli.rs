@@ -1,0 +1,285 @@
+//! The commands' contracts: exit codes and one-line errors for bad configs and bad jobs, the
+//! schema checks, and `migrate` run twice.
+
+mod common;
+
+use common::{myjob, TestDb};
+use mysql_async::prelude::*;
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The one error line, with the log's timestamp and level cut off.
+fn error_line(out: &std::process::Output) -> String {
+    let text = stderr(out);
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one error line expected:\n{text}");
+    errors[0]
+        .split_once("ERROR ")
+        .map_or(errors[0], |(_, m)| m)
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_configs_exit_78_naming_file_and_key() {
+    let db = TestDb::new("bad_configs").await;
+    let good = std::fs::read_to_string(db.config("", "")).unwrap();
+    let not_executable = db.path("plain.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("empty", String::new(), "database.url: missing"),
+        (
+            "unknown key",
+            good.replace("[worker]", "[worker]\nthreads = 4"),
+            "unknown field `threads`",
+        ),
+        (
+            "wrong type",
+            good.replace("[worker]", "[worker]\nconcurrency = \"four\""),
+            "worker.concurrency",
+        ),
+        (
+            "zero duration",
+            good.replace("stale_after = \"2s\"", "stale_after = \"0s\""),
+            "reaper.stale_after: \"0s\" must be longer than zero",
+        ),
+        (
+            "negative duration",
+            good.replace("interval = \"500ms\"", "interval = \"-5s\""),
+            "reaper.interval",
+        ),
+        (
+            "concurrency 0",
+            good.replace("[worker]", "[worker]\nconcurrency = 0"),
+            "worker.concurrency: 0 is out of range",
+        ),
+        (
+            "concurrency huge",
+            good.replace("[worker]", "[worker]\nconcurrency = 1000000"),
+            "worker.concurrency: 1000000 is out of range",
+        ),
+        (
+            "empty command",
+            good.replace(
+                &format!("command = [\"{}\"]", db.path("handler.sh").display()),
+                "command = []",
+            ),
+            "queue[0].command: must name a program",
+        ),
+        (
+            "missing handler",
+            good.replace("handler.sh", "nowhere.sh"),
+            "queue[0].command",
+        ),
+        (
+            "not executable",
+            good.replace("handler.sh", "plain.sh"),
+            "is not executable",
+        ),
+        (
+            "duplicate queue",
+            format!("{good}\n[[queue]]\nname = \"q\"\ncommand = [\"/bin/true\"]\n"),
+            "queue[1].name: queue \"q\" is defined twice",
+        ),
+        (
+            "no host",
+            good.replace(&db.url, "mysql:///test"),
+            "database.url: has no host",
+        ),
+        (
+            "bad password file",
+            good.replace(&db.url, "mysql://myjob@127.0.0.1:3306/x")
+                .replace(
+                    "[database]",
+                    &format!(
+                        "[database]\npassword_file = \"{}\"",
+                        db.dir.path().display()
+                    ),
+                ),
+            "database.password_file: cannot read",
+        ),
+    ];
+    for (what, text, needle) in cases {
+        let path = db.path("bad.toml");
+        std::fs::write(&path, &text).unwrap();
+        let p = path.to_str().unwrap();
+        for args in [
+            vec!["--config", p, "check-config"],
+            vec!["--config", p, "run"],
+        ] {
+            let out = myjob(&args, b"");
+            assert_eq!(out.status.code(), Some(78), "{what}: {}", stderr(&out));
+            let line = error_line(&out);
+            assert!(line.contains(p), "{what}: the file is not named: {line}");
+            assert!(
+                line.contains(needle),
+                "{what}: expected {needle:?} in: {line}"
+            );
+        }
+    }
+    // A binary file.
+    let path = db.path("binary.toml");
+    std::fs::write(&path, [0u8, 159, 146, 150, 0xff, 0]).unwrap();
+    let out = myjob(&["--config", path.to_str().unwrap(), "check-config"], b"");
+    assert_eq!(out.status.code(), Some(78));
+    assert!(error_line(&out).contains("is not a UTF-8 text file"));
+    // A missing file.
+    let out = myjob(
+        &["--config", "/nonexistent/myjob.toml", "check-config"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(78));
+    assert!(error_line(&out).contains("/nonexistent/myjob.toml: cannot read"));
+    // And the good one passes.
+    let out = myjob(
+        &[
+            "--config",
+            db.path("myjob.toml").to_str().unwrap(),
+            "check-config",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_jobs_exit_65_and_insert_nothing() {
+    let db = TestDb::new("bad_jobs").await;
+    let config = db.config("", "");
+    let c = config.to_str().unwrap();
+    let long_key = "k".repeat(192);
+    let huge = vec![b'x'; 16 * 1024 * 1024];
+    let cases: Vec<(Vec<&str>, &[u8], &str)> = vec![
+        (vec!["--queue", "has space", "x"], b"", "--queue"),
+        (vec!["--queue", "it's", "x"], b"", "--queue"),
+        (vec!["--unique-key", &long_key, "x"], b"", "--unique-key"),
+        (vec!["--delay", "soon", "x"], b"", "--delay"),
+        (vec!["--delay", "-5s", "x"], b"", "--delay"),
+        (vec!["--max-attempts", "0", "x"], b"", "--max-attempts"),
+        (vec!["-"], &huge, "payload: larger than"),
+    ];
+    for (args, stdin, needle) in cases {
+        let mut all = vec!["--config", c, "enqueue"];
+        all.extend(&args);
+        let out = myjob(&all, stdin);
+        assert_eq!(out.status.code(), Some(65), "{args:?}: {}", stderr(&out));
+        assert!(
+            error_line(&out).contains(needle),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(db.count("1").await, 0);
+
+    // `-` with an empty stdin is an empty payload, and a payload at the limit fits.
+    let out = myjob(&["--config", c, "enqueue", "-"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(db.count("payload = ''").await, 1);
+    // A payload at the column's limit fits if the server's max_allowed_packet lets it
+    // through, and is refused clearly if not.
+    let mut conn = db.conn().await;
+    let packet: u64 = conn
+        .query_first("SELECT @@max_allowed_packet")
+        .await
+        .unwrap()
+        .unwrap();
+    let out = myjob(&["--config", c, "enqueue", "--queue", "q", "-"], &huge[1..]);
+    if packet > 17 * 1024 * 1024 {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(db.count("LENGTH(payload) = 16777215").await, 1);
+    } else {
+        assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+        assert!(error_line(&out).contains("max_allowed_packet"));
+        assert_eq!(db.count("1").await, 1);
+    }
+    // Usage errors are 64.
+    assert_eq!(
+        myjob(&["--config", c, "enqueue", "--priority", "high"], b"")
+            .status
+            .code(),
+        Some(64)
+    );
+    assert_eq!(myjob(&["frobnicate"], b"").status.code(), Some(64));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
+    let db = TestDb::empty("schema").await;
+    let config = db.config("", "");
+    let c = config.to_str().unwrap();
+
+    let out = myjob(&["--config", c, "run"], b"");
+    assert_eq!(out.status.code(), Some(78));
+    assert!(error_line(&out).contains("run `myjob migrate` first"));
+
+    let first = myjob(&["--config", c, "migrate"], b"");
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(String::from_utf8_lossy(&first.stdout).contains("applied migrations: [1]"));
+    let second = myjob(&["--config", c, "migrate"], b"");
+    assert!(String::from_utf8_lossy(&second.stdout).contains("schema is up to date"));
+    let mut conn = db.conn().await;
+    let n: Option<u64> = conn
+        .query_first("SELECT COUNT(*) FROM myjob_schema_migrations")
+        .await
+        .unwrap();
+    assert_eq!(n, Some(1));
+
+    conn.query_drop(
+        "INSERT INTO myjob_schema_migrations (version, name) VALUES (99, 'from the future')",
+    )
+    .await
+    .unwrap();
+    let out = myjob(&["--config", c, "run"], b"");
+    assert_eq!(out.status.code(), Some(78));
+    assert!(error_line(&out).contains("newer than this myjob knows"));
+
+    // The database unreachable: enqueue and migrate say so with 69.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("127.0.0.1:3306", "127.0.0.1:1");
+    std::fs::write(&config, text).unwrap();
+    let out = myjob(&["--config", c, "enqueue", "x"], b"");
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(error_line(&out).starts_with("database: "));
+}
+
+/// With 100k finished rows in the table, a claim of 100 reads about 100 rows: the index
+/// serves it. Counted from the Handler_read_* deltas, which show a scan EXPLAIN can hide.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_reads_about_its_batch_size_at_any_table_size() {
+    let db = TestDb::new("claim_cost").await;
+    let mut conn = db.conn().await;
+    conn.query_drop("INSERT INTO myjob_jobs (queue, payload, status) SELECT 'q', 'x', 'done' FROM seq_1_to_100000").await.unwrap();
+    conn.query_drop("INSERT INTO myjob_jobs (queue, payload) SELECT 'q', 'x' FROM seq_1_to_2000")
+        .await
+        .unwrap();
+    conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
+
+    let mut claimer = myjob::db::connect(&mysql_async::Opts::from_url(&db.url).unwrap())
+        .await
+        .unwrap();
+    let reads = |rows: Vec<(String, u64)>| rows.into_iter().map(|r| r.1).sum::<u64>();
+    let status = "SHOW SESSION STATUS WHERE Variable_name LIKE 'Handler_read%'";
+    let first: Option<u64> = conn
+        .query_first("SELECT MIN(id) FROM myjob_jobs WHERE status = 'pending'")
+        .await
+        .unwrap();
+    let before = reads(claimer.query(status).await.unwrap());
+    let who = myjob::jobs::Claimer {
+        owner_server: "test",
+        worker: "test",
+    };
+    let got = myjob::jobs::claim(&mut claimer, 7, &["q".to_owned()], 100, &who)
+        .await
+        .unwrap();
+    let after = reads(claimer.query(status).await.unwrap());
+    assert_eq!(got.len(), 100);
+    assert_eq!(Some(got[0].id), first, "FIFO: the oldest pending job first");
+    let read = after - before;
+    eprintln!("rows read by claim + select of 100: {read}");
+    assert!(
+        read <= 500,
+        "a claim of 100 read {read} rows: it scans instead of using the index"
+    );
+}

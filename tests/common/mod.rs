@@ -1,0 +1,322 @@
+//! Shared test helpers: a database of its own per test on the real MariaDB, the real `myjob`
+//! binary as a child process, and one handler script whose behaviour the payload picks.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Opts};
+
+/// The server the tests use; `MYJOB_TEST_SERVER` overrides it.
+pub fn server_url() -> String {
+    std::env::var("MYJOB_TEST_SERVER").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_myjob")
+}
+
+/// A database of the test's own, created empty (and migrated) and dropped at the end.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    /// Creates `myjob_t_<tag>` afresh and applies the migrations.
+    pub async fn new(tag: &str) -> TestDb {
+        let db = Self::empty(tag).await;
+        let mut conn = db.conn().await;
+        myjob::schema::migrate(&mut conn).await.expect("migrate");
+        db
+    }
+
+    /// Creates `myjob_t_<tag>` afresh, without tables.
+    pub async fn empty(tag: &str) -> TestDb {
+        let name = format!("myjob_t_{tag}");
+        let mut root = Conn::new(Opts::from_url(&server_url()).unwrap()).await.expect(
+            "cannot reach MariaDB at 127.0.0.1:3306 (tests/run starts it; or set MYJOB_TEST_SERVER)",
+        );
+        root.query_drop(format!("DROP DATABASE IF EXISTS {name}"))
+            .await
+            .unwrap();
+        root.query_drop(format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let _ = root.disconnect().await;
+        TestDb {
+            url: format!("{}/{name}", server_url()),
+            name,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub async fn conn(&self) -> Conn {
+        Conn::new(Opts::from_url(&self.url).unwrap()).await.unwrap()
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    /// Writes the test handler (see [`HANDLER`]) and returns its path.
+    pub fn handler(&self) -> PathBuf {
+        let path = self.path("handler.sh");
+        let script = HANDLER.replace("DIR", self.dir.path().to_str().unwrap());
+        std::fs::write(&path, script).unwrap();
+        chmod_x(&path);
+        path
+    }
+
+    /// Writes a config with one queue `q` run by the test handler, plus `extra` TOML appended
+    /// to `[worker]`. Returns its path.
+    pub fn config(&self, worker_extra: &str, rest: &str) -> PathBuf {
+        let handler = self.handler();
+        let text = format!(
+            "[database]\nurl = \"{url}\"\n\n[worker]\npoll_interval = \"100ms\"\nshutdown_timeout = \"5s\"\n{worker_extra}\n\n\
+             [reaper]\ninterval = \"500ms\"\nstale_after = \"2s\"\n\n\
+             [[queue]]\nname = \"q\"\ncommand = [\"{h}\"]\nbackoff = \"100ms\"\nbackoff_max = \"200ms\"\nmax_attempts = 3\n{rest}\n",
+            url = self.url,
+            h = handler.display()
+        );
+        let path = self.path("myjob.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Inserts jobs as an application would: plain SQL, only queue and payload.
+    pub async fn insert(&self, queue: &str, payloads: &[&str]) -> Vec<u64> {
+        let mut conn = self.conn().await;
+        let mut ids = Vec::new();
+        for p in payloads {
+            conn.exec_drop(
+                "INSERT INTO myjob_jobs (queue, payload) VALUES (?, ?)",
+                (queue, p),
+            )
+            .await
+            .unwrap();
+            ids.push(conn.last_insert_id().unwrap());
+        }
+        ids
+    }
+
+    pub async fn count(&self, where_: &str) -> u64 {
+        let mut conn = self.conn().await;
+        conn.query_first(format!("SELECT COUNT(*) FROM myjob_jobs WHERE {where_}"))
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    /// A job's (status, attempts, batch_id, worker, last_error).
+    pub async fn job(&self, id: u64) -> (String, u32, Option<u64>, Option<String>, Option<String>) {
+        let mut conn = self.conn().await;
+        conn.exec_first(
+            "SELECT status, attempts, batch_id, worker, last_error FROM myjob_jobs WHERE id = ?",
+            (id,),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+    }
+
+    /// Waits until `SELECT COUNT(*) … WHERE cond` equals `n`, or panics after `secs`.
+    pub async fn wait_count(&self, cond: &str, n: u64, secs: u64) {
+        let start = Instant::now();
+        loop {
+            let got = self.count(cond).await;
+            if got == n {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(secs),
+                "waited {secs}s for {n} jobs where {cond}; have {got}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The handler's record of runs: one `(job_id, attempt, instance, pid)` per line.
+    pub fn runs(&self) -> Vec<(u64, u32, String, u32)> {
+        let text = std::fs::read_to_string(self.path("runs")).unwrap_or_default();
+        text.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (
+                    f[0].parse().unwrap(),
+                    f[1].parse().unwrap(),
+                    f[2].to_owned(),
+                    f[3].parse().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for TestDb {
+    /// Drops the database when the test passed; a failed test leaves it for a look.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let name = self.name.clone();
+        // Drop cannot await, and may run inside the test's runtime: use a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut root) = Conn::new(Opts::from_url(&server_url()).unwrap()).await {
+                    let _ = root
+                        .query_drop(format!("DROP DATABASE IF EXISTS {name}"))
+                        .await;
+                    let _ = root.disconnect().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// The test handler. It records each run, then does what the payload says:
+/// `sleep:N` sleeps N s; `fail` fails on stderr; `perm` fails for good (exit 65); `flaky`
+/// fails on attempt 1 only; `ignore-term:N` ignores SIGTERM, leaves a child behind and sleeps
+/// N s; `slow-if-flag` sleeps 60 s while the file `slow` exists; anything else succeeds.
+pub const HANDLER: &str = r#"#!/bin/sh
+p=$(cat)
+echo "$MYJOB_JOB_ID $MYJOB_ATTEMPT $MYJOB_INSTANCE $$" >> DIR/runs
+case "$p" in
+  sleep:*) sleep "${p#sleep:}" ;;
+  fail) echo "boom on attempt $MYJOB_ATTEMPT" >&2; exit 1 ;;
+  perm) echo "bad payload" >&2; exit 65 ;;
+  flaky) if [ "$MYJOB_ATTEMPT" -lt 2 ]; then echo "flaky" >&2; exit 1; fi ;;
+  ignore-term:*) trap '' TERM; sleep 300 & echo $! > DIR/child; sleep "${p#ignore-term:}" ;;
+  slow-if-flag) while [ -e DIR/slow ]; do sleep 0.1; done ;;
+  env) env > DIR/env.$MYJOB_JOB_ID ;;
+esac
+echo "handled $MYJOB_JOB_ID"
+exit 0
+"#;
+
+pub fn chmod_x(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A `myjob run` child process, its stderr going to a file.
+pub struct Worker {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Worker {
+    pub fn start(config: &Path, instance: &str) -> Worker {
+        Self::start_with_env(config, instance, &[])
+    }
+
+    pub fn start_with_env(config: &Path, instance: &str, env: &[(&str, &str)]) -> Worker {
+        let log = config.with_file_name(format!("worker-{instance}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(bin())
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "run",
+                "--instance",
+                instance,
+            ])
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Worker { child, log }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
+    }
+
+    /// Waits for the process to exit and returns its exit code (None if killed by a signal).
+    pub fn wait(&mut self, secs: u64) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(secs),
+                "worker did not exit within {secs}s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`.
+    pub async fn wait_log(&self, needle: &str, secs: u64) {
+        let start = Instant::now();
+        while !self.log_text().contains(needle) {
+            assert!(
+                start.elapsed() < Duration::from_secs(secs),
+                "log never showed {needle:?}:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `myjob ARGS` to completion with `stdin` as its input.
+pub fn myjob(args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(bin())
+        .args(args)
+        .env_remove("MYJOB_DATABASE_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let _ = input.write_all(stdin);
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// Kills the handler processes that instance `instance` started (they run in their own
+/// process groups, so a worker killed with SIGKILL leaves them behind).
+pub fn kill_recorded_handlers(db: &TestDb, instance: &str) {
+    for pid in db
+        .runs()
+        .into_iter()
+        .filter(|r| r.2 == instance)
+        .map(|r| r.3 as i32)
+    {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}

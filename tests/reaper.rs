@@ -1,0 +1,188 @@
+//! Dead workers and late writers, with real processes: the reaper puts back exactly a killed
+//! instance's claims, never a live one's, and a reaped job's late outcome changes nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{kill_recorded_handlers, TestDb, Worker};
+use mysql_async::prelude::*;
+use nix::sys::signal::Signal;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_batch_its_claims_come_back_and_a_live_slow_job_stays() {
+    let db = TestDb::new("kill9").await;
+    let config = db.config("concurrency = 4", "");
+    std::fs::write(db.path("slow"), "").unwrap();
+
+    // Instance 2 holds one slow job for longer than stale_after: it must never be reset.
+    // It has one slot, so the jobs below go to instance 1.
+    let live_config = db.path("live.toml");
+    std::fs::write(
+        &live_config,
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("concurrency = 4", "concurrency = 1"),
+    )
+    .unwrap();
+    let live = Worker::start(&live_config, "2");
+    let slow = db.insert("q", &["sleep:30"]).await[0];
+    db.wait_count(&format!("id = {slow} AND status = 'claimed'"), 1, 20)
+        .await;
+    let (_, _, slow_batch, _, _) = db.job(slow).await;
+
+    // Instance 1 claims four jobs whose handlers hang, and is killed mid-batch.
+    let mut victim = Worker::start(&config, "1");
+    let ids = db.insert("q", &["slow-if-flag"; 4]).await;
+    db.wait_count("status = 'claimed' AND worker LIKE '%:1'", 4, 20)
+        .await;
+    victim.signal(Signal::SIGKILL);
+    assert_eq!(victim.wait(10), None);
+
+    // After stale_after (2 s) the reaper in instance 2 puts back exactly those four.
+    db.wait_count("status = 'pending' AND attempts = 1", 4, 30)
+        .await;
+    for id in &ids {
+        let (status, _, batch, _, error) = db.job(*id).await;
+        assert_eq!((status.as_str(), batch), ("pending", None));
+        assert!(error
+            .unwrap()
+            .contains("attempt 1 abandoned: its claimer's connection"));
+        assert!(live
+            .log_text()
+            .contains("reaper: stale claim put back: its claimer's connection"));
+        assert!(
+            live.log_text().contains(&format!("job_id={id}")),
+            "reaper log names job {id}"
+        );
+    }
+    let (status, attempts, batch, _, _) = db.job(slow).await;
+    assert_eq!(
+        (status.as_str(), attempts, batch),
+        ("claimed", 1, slow_batch),
+        "the live slow job was touched"
+    );
+
+    // They complete elsewhere.
+    kill_recorded_handlers(&db, "1");
+    std::fs::remove_file(db.path("slow")).unwrap();
+    let _other = Worker::start(&config, "3");
+    db.wait_count(
+        &format!(
+            "status = 'done' AND attempts = 2 AND worker LIKE '%:3' AND id IN ({}, {}, {}, {})",
+            ids[0], ids[1], ids[2], ids[3]
+        ),
+        4,
+        30,
+    )
+    .await;
+    assert_eq!(db.job(slow).await.0, "claimed", "still the live instance's");
+    drop(live);
+    kill_recorded_handlers(&db, "2");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reaped_jobs_late_outcome_changes_nothing() {
+    let db = TestDb::new("fencing").await;
+    let config = db.config("concurrency = 1", "");
+    let id = db.insert("q", &["sleep:3"]).await[0];
+
+    // Instance 1 claims the job, then freezes; its connection is killed under it.
+    let old = Worker::start(&config, "1");
+    db.wait_count("status = 'claimed'", 1, 20).await;
+    let (_, _, old_batch, _, _) = db.job(id).await;
+    old.signal(Signal::SIGSTOP);
+    let mut conn = db.conn().await;
+    let owner: u64 = conn
+        .exec_first("SELECT owner_conn FROM myjob_jobs WHERE id = ?", (id,))
+        .await
+        .unwrap()
+        .unwrap();
+    conn.query_drop(format!("KILL CONNECTION {owner}"))
+        .await
+        .unwrap();
+
+    // Instance 2's reaper puts the job back and instance 2 claims it, with a new batch.
+    let new = Worker::start(&config, "2");
+    db.wait_count("status = 'claimed' AND worker LIKE '%:2'", 1, 30)
+        .await;
+    let (_, attempts, new_batch, _, _) = db.job(id).await;
+    assert_eq!(attempts, 2);
+    assert_ne!(new_batch, old_batch);
+
+    // Instance 1 wakes; its handler ran on and finished: its write is fenced out.
+    old.signal(Signal::SIGCONT);
+    old.wait_log("job outcome not written: its claim was reaped", 20)
+        .await;
+    assert!(old.log_text().contains(&format!("job_id={id}")));
+    let (status, _, batch, worker, _) = db.job(id).await;
+    assert_eq!(
+        (status.as_str(), batch),
+        ("claimed", new_batch),
+        "the late 'done' overwrote the new owner's claim"
+    );
+    assert!(worker.unwrap().ends_with(":2"));
+
+    // The new owner's own outcome lands.
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 20)
+        .await;
+    assert_eq!(db.job(id).await.2, new_batch);
+    drop(new);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_process_the_reaper_refuses_and_resets_nothing() {
+    let db = TestDb::new("noprocess").await;
+    let user = "myjob_t_noprocess";
+    let mut conn = db.conn().await;
+    conn.query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await
+        .unwrap();
+    conn.query_drop(format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'"))
+        .await
+        .unwrap();
+    conn.query_drop(format!(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {}.* TO '{user}'@'%'",
+        db.name
+    ))
+    .await
+    .unwrap();
+    // An abandoned claim: its owner connection id does not exist.
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id, owner_conn, owner_server, claimed_at) \
+         SELECT 'q', 'x', 'claimed', 1, 42, 999999999, \
+             CONCAT(@@hostname, ':', @@port, '/', UNIX_TIMESTAMP() - VARIABLE_VALUE), NOW(6) - INTERVAL 1 HOUR \
+         FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
+    )
+    .await
+    .unwrap();
+
+    let config = db.config("", "");
+    let host_and_db = db.url.split_once('@').unwrap().1;
+    let url = format!("mysql://{user}:pw@{host_and_db}");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&db.url, &url);
+    std::fs::write(&config, text).unwrap();
+    let w = Worker::start(&config, "1");
+    w.wait_log("lacks the PROCESS privilege", 20).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        w.log_text().matches("lacks the PROCESS privilege").count(),
+        1,
+        "logged once, not every interval"
+    );
+    assert_eq!(db.count("status = 'claimed'").await, 1, "nothing was reset");
+
+    // Granted PROCESS, the same reaper puts the abandoned claim back: the refusal was the
+    // privilege, not the claim.
+    conn.query_drop(format!("GRANT PROCESS ON *.* TO '{user}'@'%'"))
+        .await
+        .unwrap();
+    db.wait_count("status = 'pending' OR status = 'done'", 1, 20)
+        .await;
+    drop(w);
+    conn.query_drop(format!("DROP USER '{user}'@'%'"))
+        .await
+        .unwrap();
+}
