@@ -128,7 +128,8 @@ fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>) {
 }
 
 /// Reports STATUS= to systemd, and pets the watchdog while the consumer loop keeps turning.
-/// A consumer stuck for half the watchdog period gets no ping, and systemd restarts the unit.
+/// The loop turns at least once a second when healthy; one that has not turned for a whole
+/// watchdog period (stuck in a query, say) gets no more pings, and systemd restarts the unit.
 async fn status_loop(stats: Arc<Stats>, stop: CancellationToken) {
     let watchdog = notify::watchdog_timeout();
     let period = watchdog.map_or(Duration::from_secs(2), |w| {
@@ -137,7 +138,7 @@ async fn status_loop(stats: Arc<Stats>, stop: CancellationToken) {
     let mut last = String::new();
     loop {
         if let Some(w) = watchdog {
-            if stats.since_beat() < w / 2 {
+            if stats.since_beat() < w {
                 notify::notify_watchdog();
             }
         }

@@ -238,12 +238,10 @@ pub async fn adopt(conn: &mut Conn, batch_ids: &[u64], owner_server: &str) -> an
 #[derive(Debug, Clone)]
 pub struct OldClaim {
     pub id: u64,
-    pub queue: String,
     pub batch_id: Option<u64>,
     pub owner_conn: Option<u64>,
     pub owner_server: Option<String>,
     pub attempts: u32,
-    pub max_attempts: Option<u32>,
 }
 
 /// Claims made more than `older_than` ago (at most `limit` of them).
@@ -252,18 +250,10 @@ pub async fn old_claims(
     older_than: Duration,
     limit: usize,
 ) -> anyhow::Result<Vec<OldClaim>> {
-    type Row = (
-        u64,
-        String,
-        Option<u64>,
-        Option<u64>,
-        Option<String>,
-        u32,
-        Option<u32>,
-    );
+    type Row = (u64, Option<u64>, Option<u64>, Option<String>, u32);
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT id, queue, batch_id, owner_conn, owner_server, attempts, max_attempts \
+            "SELECT id, batch_id, owner_conn, owner_server, attempts \
              FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
              WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
              ORDER BY claimed_at LIMIT ?",
@@ -274,38 +264,29 @@ pub async fn old_claims(
     Ok(rows
         .into_iter()
         .map(
-            |(id, queue, batch_id, owner_conn, owner_server, attempts, max_attempts)| OldClaim {
+            |(id, batch_id, owner_conn, owner_server, attempts)| OldClaim {
                 id,
-                queue,
                 batch_id,
                 owner_conn,
                 owner_server,
                 attempts,
-                max_attempts,
             },
         )
         .collect())
 }
 
-/// Takes a dead owner's claim back: to `pending`, or to `failed` when `fail` (its attempts are
-/// used up). Fenced by the batch_id and owner the reaper saw: a claim adopted by its
-/// worker's new connection meanwhile is left alone. Returns whether the row changed.
-pub async fn reset_claim(
-    conn: &mut Conn,
-    claim: &OldClaim,
-    fail: bool,
-    error: &str,
-) -> anyhow::Result<bool> {
-    let sql = if fail {
-        "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
-         WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? AND status = 'claimed'"
-    } else {
-        "UPDATE myjob_jobs SET status = 'pending', run_at = NOW(6), last_error = ?, batch_id = NULL, \
-             owner_conn = NULL, owner_server = NULL, worker = NULL, claimed_at = NULL \
-         WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? AND status = 'claimed'"
-    };
+/// Puts a dead owner's claim back to `pending`, due at once. The attempt is given back: it
+/// never reported a result, which is the worker's failure, not the job's (the same rule as a
+/// handler cut short by a shutdown). Fenced by the batch_id and owner the reaper saw, so a
+/// claim that its worker's new connection adopted meanwhile is left alone. Returns whether
+/// the row changed.
+pub async fn reset_claim(conn: &mut Conn, claim: &OldClaim, error: &str) -> anyhow::Result<bool> {
     conn.exec_drop(
-        sql,
+        "UPDATE myjob_jobs SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, \
+             run_at = NOW(6), last_error = ?, batch_id = NULL, owner_conn = NULL, \
+             owner_server = NULL, worker = NULL, claimed_at = NULL \
+         WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
+           AND status = 'claimed'",
         (
             error,
             claim.id,

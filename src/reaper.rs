@@ -139,25 +139,13 @@ async fn reap(
             }
             Verdict::Dead(reason) => reason,
         };
-        let max = claim
-            .max_attempts
-            .or_else(|| settings.queue(&claim.queue).map(|q| q.max_attempts));
-        let fail = max.is_some_and(|m| claim.attempts >= m);
         let error = format!("attempt {} abandoned: {reason}", claim.attempts);
-        if jobs::reset_claim(conn, claim, fail, &error).await? {
-            if fail {
-                error!(
-                    job_id = claim.id,
-                    attempt = claim.attempts,
-                    "reaper: stale claim failed, no attempts left: {reason}"
-                );
-            } else {
-                warn!(
-                    job_id = claim.id,
-                    attempt = claim.attempts,
-                    "reaper: stale claim put back: {reason}"
-                );
-            }
+        if jobs::reset_claim(conn, claim, &error).await? {
+            warn!(
+                job_id = claim.id,
+                attempt = claim.attempts,
+                "reaper: stale claim put back: {reason}"
+            );
         }
     }
     if foreign > 0 {
@@ -216,12 +204,10 @@ mod tests {
     fn claim(owner_server: Option<&str>, owner_conn: Option<u64>) -> OldClaim {
         OldClaim {
             id: 1,
-            queue: "q".into(),
             batch_id: Some(9),
             owner_conn,
             owner_server: owner_server.map(str::to_owned),
             attempts: 1,
-            max_attempts: None,
         }
     }
 

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# End-to-end tests of systemd/myjob@.service under a real systemd (booted by boot-systemd.sh):
+# install as a user would, start two instances, follow the journal, reload, stop, kill -9 and
+# the restart, and the watchdog. Usage: e2e.sh PATH/TO/myjob. Prints 'N passed, N failed'.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOP=$(cd "$HERE/../.." && pwd)
+BIN=${1:?usage: e2e.sh PATH/TO/myjob}
+DB=myjob_e2e
+SQL() { mariadb "$DB" -N -B -e "$1"; }
+sd() { "$HERE/run-in-systemd.sh" "$@"; }
+pass=0 fail=0
+ok() { echo "PASS: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+wait_for() { local t=$1; shift; local i; for i in $(seq 1 $((t * 10))); do "$@" && return 0; sleep 0.1; done; return 1; }
+journal() { sd journalctl -u "$1" --no-pager -o cat "${@:2}"; }
+prop() { sd systemctl show -p "$2" --value "$1"; }
+count() { SQL "SELECT COUNT(*) FROM myjob_jobs WHERE $1"; }
+count_is() { [ "$(count "$1")" = "$2" ]; }
+die() { echo "FAIL: setup: $*"; echo "$pass passed, $((fail + 1)) failed"; exit 1; }
+
+"$HERE/boot-systemd.sh" up || { echo "0 passed, 1 failed"; exit 1; }
+R=$("$HERE/boot-systemd.sh" rootfs)
+trap '"$HERE/boot-systemd.sh" down' EXIT
+
+# ---- the database: its own schema and a least-privilege account
+PW=e2e-$RANDOM$RANDOM
+mariadb -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB" || die "cannot create $DB"
+
+# ---- install as a user would: binary, unit, user, config with the password in a file
+sd systemctl stop 'myjob@*' >/dev/null 2>&1
+install -m 755 "$BIN" "$R/usr/local/bin/myjob"
+install -m 644 "$TOP/systemd/myjob@.service" "$R/etc/systemd/system/myjob@.service"
+sd sh -c 'id myjob >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin myjob'
+install -d -m 755 "$R/usr/local/lib/myjob-e2e"
+cat > "$R/usr/local/lib/myjob-e2e/handler.sh" <<'EOF_H'
+#!/bin/sh
+p=$(cat)
+echo "$MYJOB_JOB_ID $MYJOB_INSTANCE" >> /var/lib/myjob-e2e/runs
+case "$p" in
+  sleep:*) sleep "${p#sleep:}" ;;
+  fail) echo "e2e handler failure for job $MYJOB_JOB_ID" >&2; exit 1 ;;
+esac
+echo "handled job $MYJOB_JOB_ID"
+EOF_H
+chmod 755 "$R/usr/local/lib/myjob-e2e/handler.sh"
+rm -rf "$R/var/lib/myjob-e2e"; install -d -m 755 "$R/var/lib/myjob-e2e"
+sd chown myjob:myjob /var/lib/myjob-e2e
+install -d -m 750 "$R/etc/myjob"
+printf '%s\n' "$PW" > "$R/etc/myjob/db-password"
+cat > "$R/etc/myjob/myjob.toml" <<EOF_C
+[database]
+url = "mysql://myjob_e2e@127.0.0.1:3306/$DB"
+password_file = "/etc/myjob/db-password"
+
+[worker]
+concurrency = 4
+poll_interval = "200ms"
+shutdown_timeout = "5s"
+
+[reaper]
+interval = "1s"
+stale_after = "3s"
+
+[[queue]]
+name = "default"
+command = ["/usr/local/lib/myjob-e2e/handler.sh"]
+max_attempts = 1
+EOF_C
+sd sh -c 'chown -R root:myjob /etc/myjob && chmod 640 /etc/myjob/*'
+# The schema needs DDL rights, which the account the units run as does not get: migrate
+# over the admin's socket login, then grant the worker account what it needs and no more.
+admin=$(mktemp)
+printf '[database]\nurl = "mysql://root@localhost/%s?socket=/run/mysqld/mysqld.sock"\n' "$DB" > "$admin"
+"$BIN" --config "$admin" migrate >/dev/null || die "migrate"
+rm -f "$admin"
+mariadb <<SQL_END || die "cannot create the worker account"
+DROP USER IF EXISTS 'myjob_e2e'@'127.0.0.1';
+CREATE USER 'myjob_e2e'@'127.0.0.1' IDENTIFIED BY '$PW';
+GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_jobs TO 'myjob_e2e'@'127.0.0.1';
+GRANT SELECT ON $DB.myjob_schema_migrations TO 'myjob_e2e'@'127.0.0.1';
+GRANT PROCESS ON *.* TO 'myjob_e2e'@'127.0.0.1';
+SQL_END
+
+out=$(sd systemd-analyze verify /etc/systemd/system/myjob@.service 2>&1)
+check "systemd-analyze verify myjob@.service prints nothing" test -z "$out" -a $? = 0
+[ -z "$out" ] || echo "$out" | sed 's/^/    /'
+sd systemctl daemon-reload || die "daemon-reload"
+
+# ---- start two instances; jobs get done, by both
+check "systemctl start myjob@1 myjob@2" sd systemctl start myjob@1 myjob@2
+check "both active (running)" test "$(prop myjob@1 ActiveState)/$(prop myjob@2 ActiveState)" = active/active
+SQL "INSERT INTO myjob_jobs (queue, payload) SELECT 'default', CONCAT('job ', seq) FROM seq_1_to_400"
+check "400 jobs done" wait_for 60 count_is "status = 'done'" 400
+check "each handled once" test "$(sort -u "$R/var/lib/myjob-e2e/runs" | wc -l)/$(wc -l < "$R/var/lib/myjob-e2e/runs")" = "400/400"
+check "both instances handled jobs" test "$(awk '{print $2}' "$R/var/lib/myjob-e2e/runs" | sort -u | tr '\n' ' ')" = "1 2 "
+check "STATUS= shows the summary" wait_for 5 sh -c "\"$HERE/run-in-systemd.sh\" systemctl show -p StatusText --value myjob@1 | grep -q '^running 0/4, done [1-9]'"
+sd systemctl status --no-pager myjob@1 | grep -E 'Active:|Status:' | sed 's/^/    /'
+
+# ---- the journal
+j=$(journal myjob@1)
+check "journal: ready" grep -q '^ready$' <<<"$j"
+check "journal: 'job done' lines with job ids" grep -qE '^job done job_id=[0-9]+ attempt=1$' <<<"$j"
+check "journal: handler output tagged with its job" grep -qE '^handled job [0-9]+ job_id=[0-9]+ stream="stdout"$' <<<"$j"
+check "journal: no timestamps of our own (the journal has them)" bash -c '! grep -qE "^[0-9]{4}-[0-9]{2}-[0-9]{2}T" <<<"$1"' _ "$j"
+failing=$(SQL "INSERT INTO myjob_jobs (queue, payload) VALUES ('default', 'fail'); SELECT LAST_INSERT_ID()")
+check "failing job failed" wait_for 20 count_is "id = $failing AND status = 'failed'" 1
+errs=$(sd journalctl -u myjob@1 -u myjob@2 --no-pager -o cat -p err)
+check "journalctl -p err shows the failure (priority prefixes work)" grep -q "job failed: attempt 1 of 1: exit status 1; stderr: e2e handler failure for job $failing" <<<"$errs"
+check "journalctl -p err has no info lines" bash -c '! grep -q "job done" <<<"$1"' _ "$errs"
+check "no password in the journal" bash -c '! grep -qF "$1" <<<"$2"' _ "$PW" "$(sd journalctl --no-pager -o cat)"
+
+# ---- reload = SIGHUP
+check "systemctl reload myjob@2" sd systemctl reload myjob@2
+check "journal: reload done" wait_for 5 sh -c "\"$HERE/run-in-systemd.sh\" journalctl -u myjob@2 --no-pager -o cat | grep -q 'reload: new configuration in use'"
+check "still active after reload" test "$(prop myjob@2 ActiveState)" = active
+
+# ---- stop is clean
+check "systemctl stop myjob@1" sd systemctl stop myjob@1
+check "myjob@1 inactive, Result=success" test "$(prop myjob@1 ActiveState)/$(prop myjob@1 Result)" = inactive/success
+check "journal: stopped" grep -q '^stopped$' <<<"$(journal myjob@1)"
+
+# ---- kill -9 mid-batch: systemd restarts it and the jobs still finish
+SQL "INSERT INTO myjob_jobs (queue, payload) SELECT 'default', 'sleep:2' FROM seq_1_to_4"
+check "myjob@2 holds 4 claims" wait_for 10 count_is "status = 'claimed'" 4
+old=$(prop myjob@2 MainPID)
+sd kill -9 "$old"
+check "restarted after kill -9 (NRestarts=1, new MainPID)" wait_for 15 sh -c "[ \"\$(\"$HERE/run-in-systemd.sh\" systemctl show -p NRestarts --value myjob@2)\" = 1 ] && \"$HERE/run-in-systemd.sh\" systemctl is-active -q myjob@2 && [ \"\$(\"$HERE/run-in-systemd.sh\" systemctl show -p MainPID --value myjob@2)\" != $old ]"
+check "the killed instance's jobs were reaped and finished" wait_for 40 count_is "status = 'done' AND payload = 'sleep:2' AND last_error LIKE 'attempt 1 abandoned%'" 4
+check "journal: the reaper put them back" grep -q 'reaper: stale claim put back' <<<"$(journal myjob@2)"
+
+# ---- watchdog: a claim loop stuck in a query stops the pings, and systemd restarts the unit
+mkdir -p "$R/etc/systemd/system/myjob@3.service.d"
+printf '[Service]\nWatchdogSec=2\n' > "$R/etc/systemd/system/myjob@3.service.d/watchdog.conf"
+sd systemctl daemon-reload
+check "start myjob@3 (WatchdogSec=2)" sd systemctl start myjob@3
+sleep 3
+check "healthy myjob@3 is not restarted by its watchdog" test "$(prop myjob@3 NRestarts)" = 0
+mariadb "$DB" -e "LOCK TABLES myjob_jobs WRITE; SELECT SLEEP(6); UNLOCK TABLES" >/dev/null &
+locker=$!
+check "stuck myjob@3: watchdog timeout -> restart" wait_for 15 sh -c "[ \"\$(\"$HERE/run-in-systemd.sh\" systemctl show -p NRestarts --value myjob@3)\" -ge 1 ]"
+check "journal: Watchdog timeout" grep -q 'Watchdog timeout' <<<"$(sd journalctl -u myjob@3 --no-pager)"
+wait $locker
+check "myjob@3 recovers once the lock is gone" wait_for 20 sd systemctl is-active -q myjob@3
+SQL "INSERT INTO myjob_jobs (queue, payload) SELECT 'default', 'after' FROM seq_1_to_10"
+check "jobs get done after the recovery" wait_for 30 count_is "status = 'done' AND payload = 'after'" 10
+
+sd systemctl stop myjob@2 myjob@3
+check "nothing left claimed or pending" count_is "status IN ('claimed', 'pending')" 0
+mariadb -e "DROP DATABASE $DB; DROP USER 'myjob_e2e'@'127.0.0.1'"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
