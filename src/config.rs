@@ -536,6 +536,22 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_configs_are_valid() {
+        for text in [
+            include_str!("../config/myjob.toml"),
+            include_str!("../config/local.toml"),
+            include_str!("../examples/sms/myjob.toml"),
+        ] {
+            // The password file exists only where the example is installed.
+            load_str(&text.replace("password_file", "# password_file")).unwrap();
+        }
+        let s = load_str(include_str!("../config/myjob.toml")).unwrap();
+        // The reference file documents the defaults: it must not drift from them.
+        let d = load_str(MINIMAL).unwrap();
+        assert_eq!((s.worker, s.reaper), (d.worker, d.reaper));
+    }
+
+    #[test]
     fn wrong_types_name_their_key() {
         let e = load_str(&format!("{MINIMAL}[worker]\nconcurrency = \"eight\"\n")).unwrap_err();
         assert!(e.contains("worker.concurrency"), "{e}");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure a MariaDB server answers on 127.0.0.1:3306 for the tests: installs it with
 # apt-get when it is missing, starts it when it is stopped, and creates the test account
-# `myjob_test` (password `myjob_test`), which the tests use. Needs root.
+# `myjob_test` (password `myjob_test`), which the tests use, and the database `myjob_dev`
+# that config/local.toml points at. Needs root.
 set -euo pipefail
 
 say() { echo "mariadb-up: $*" >&2; }
@@ -29,5 +30,6 @@ CREATE USER IF NOT EXISTS 'myjob_test'@'localhost' IDENTIFIED BY 'myjob_test';
 CREATE USER IF NOT EXISTS 'myjob_test'@'127.0.0.1' IDENTIFIED BY 'myjob_test';
 GRANT ALL PRIVILEGES ON *.* TO 'myjob_test'@'localhost' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON *.* TO 'myjob_test'@'127.0.0.1' WITH GRANT OPTION;
+CREATE DATABASE IF NOT EXISTS myjob_dev;
 SQL
 say "ready on 127.0.0.1:3306"
