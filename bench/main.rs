@@ -1,0 +1,669 @@
+//! The benchmark: `bench/run` (or `cargo bench --features bench --bench myjob -- [--smoke]
+//! [--rows-10m]`). Every figure is measured next to a ceiling of this machine measured in the
+//! same run, and reported as a ratio to it; the table goes to stdout and to
+//! bench/results/<date>.md. Every run's jobs are real rows, verified at the end (all done,
+//! each claimed once).
+//!
+//! Under `cargo test` (no `--bench` argument) it does nothing: timings are not tests.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Opts};
+use tokio::io::AsyncWriteExt;
+
+const BIN: &str = env!("CARGO_BIN_EXE_myjob");
+
+/// How big a run is: `--smoke` proves the bench works in seconds; the full run is for figures.
+struct Size {
+    jobs: usize,
+    spawn_secs: f64,
+    latency_secs: f64,
+    idle_secs: f64,
+    repeats: usize,
+    growth: Vec<u64>,
+}
+
+struct Bench {
+    server: String,
+    url: String,
+    dir: PathBuf,
+    size: Size,
+    report: String,
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!("myjob bench: run it with bench/run (cargo bench --features bench --bench myjob)");
+        return;
+    }
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let mut growth = vec![10_000, 1_000_000];
+    if args.iter().any(|a| a == "--rows-10m") {
+        growth.push(10_000_000);
+    }
+    let size = if smoke {
+        Size {
+            jobs: 500,
+            spawn_secs: 0.3,
+            latency_secs: 1.0,
+            idle_secs: 1.0,
+            repeats: 1,
+            growth: vec![10_000, 50_000],
+        }
+    } else {
+        Size {
+            jobs: 20_000,
+            spawn_secs: 2.0,
+            latency_secs: 30.0,
+            idle_secs: 30.0,
+            repeats: 3,
+            growth,
+        }
+    };
+    let server = std::env::var("MYJOB_BENCH_SERVER")
+        .or_else(|_| std::env::var("MYJOB_TEST_SERVER"))
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
+    let dir = tempfile::tempdir().unwrap().keep();
+    let mut b = Bench {
+        url: format!("{server}/myjob_bench"),
+        server,
+        dir,
+        size,
+        report: String::new(),
+    };
+    b.run(smoke).await;
+}
+
+impl Bench {
+    async fn run(&mut self, smoke: bool) {
+        let started = Instant::now();
+        self.line(&format!(
+            "# myjob benchmark{}\n\n{} cores, {}, MariaDB {}; {} jobs of 200 bytes per throughput run; medians of {}.\n",
+            if smoke { " (smoke run: small sizes, figures not meaningful)" } else { "" },
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            std::fs::read_to_string("/proc/cpuinfo")
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .unwrap_or("?")
+                .trim(),
+            self.server_version().await,
+            self.size.jobs,
+            self.size.repeats,
+        ));
+
+        // 1. Ceilings first.
+        let spawn = self.spawn_ceiling().await;
+        let claim = self.claim_ceiling().await;
+        self.line("| what | figure | ratio | target |\n|---|---|---|---|");
+        self.line(&format!("| ceiling: `cat` spawns/s (tokio, 1 KiB stdin, best of 8/16/32 in flight) | {spawn:.0} | 1 | |"));
+        self.line(&format!("| ceiling: raw batch_id claim loop, jobs/s (claim 100 + select + batched done) | {claim:.0} | 1 | |"));
+
+        // 2. Throughput with a `cat` per job, and 7. its peak RSS.
+        let mut best = 0.0f64;
+        let mut at64 = 0.0f64;
+        let mut rss64 = 0u64;
+        for instances in [1, 2] {
+            for concurrency in [8, 32, 64] {
+                let (rate, rss) = self.throughput(instances, concurrency, "/bin/cat").await;
+                best = best.max(rate);
+                if concurrency == 64 {
+                    at64 = at64.max(rate);
+                    rss64 = rss64.max(rss);
+                }
+                self.line(&format!(
+                    "| `cat` per job: {instances} instance(s) × concurrency {concurrency}, jobs/s | {rate:.0} | {:.2} of spawn | |",
+                    rate / spawn
+                ));
+            }
+        }
+        self.line(&format!(
+            "| `cat` per job: best | {best:.0} | {:.2} of spawn | ≥ 0.90 {} |",
+            best / spawn,
+            mark(best / spawn >= 0.90)
+        ));
+        self.line(&format!(
+            "| `cat` per job: concurrency 64 | {at64:.0} | {:.2} of spawn | ≥ 0.80 {} |",
+            at64 / spawn,
+            mark(at64 / spawn >= 0.80)
+        ));
+
+        // 3. The queue's own cost: the no-op handler.
+        let mut core = Vec::new();
+        for concurrency in [8, 32, 64] {
+            let (rate, _) = self.throughput(1, concurrency, "myjob:noop").await;
+            core.push(rate);
+            self.line(&format!(
+                "| no-op handler: 1 instance × concurrency {concurrency}, jobs/s | {rate:.0} | {:.2} of claim | ≥ 0.50 {} |",
+                rate / claim,
+                mark(rate / claim >= 0.50)
+            ));
+        }
+        let flat = core[2] / core[0];
+        self.line(&format!(
+            "| no-op handler: concurrency 64 / concurrency 8 | | {flat:.2} | ≥ 0.80 {} |",
+            mark(flat >= 0.80)
+        ));
+
+        // 4. Pickup latency.
+        let (p50, p99, poll) = self.latency().await;
+        self.line(&format!(
+            "| pickup latency p50, ms (poll_interval {poll} ms) | {p50:.0} | {:.2} of poll | ≤ 0.60 {} |",
+            p50 / poll,
+            mark(p50 <= 0.6 * poll)
+        ));
+        self.line(&format!(
+            "| pickup latency p99, ms | {p99:.0} | {:.2} of poll | ≤ poll + 20 ms {} |",
+            p99 / poll,
+            mark(p99 <= poll + 20.0)
+        ));
+
+        // 5. Idle cost.
+        let (qps, cpu) = self.idle().await;
+        self.line(&format!(
+            "| idle, concurrency 64: queries/s | {qps:.1} | | ≤ 5 {} |",
+            mark(qps <= 5.0)
+        ));
+        self.line(&format!(
+            "| idle, concurrency 64: CPU % of a core | {cpu:.2} | | < 1 {} |",
+            mark(cpu < 1.0)
+        ));
+
+        // 6. Table growth.
+        let growth = self.table_growth().await;
+        let base = growth[0].1;
+        for (rows, ms) in &growth {
+            let ratio = ms / base;
+            let target = if *rows >= 1_000_000 {
+                format!("≤ 1.5 {}", mark(ratio <= 1.5))
+            } else {
+                String::new()
+            };
+            self.line(&format!("| claim of 100, p50 ms, with {rows} done rows | {ms:.2} | {ratio:.2} of 10k | {target} |"));
+        }
+        self.line(&format!(
+            "| peak RSS of `myjob run`, concurrency 64, `cat` per job, MiB | {:.1} | | ≤ 20 {} |",
+            rss64 as f64 / 1024.0,
+            mark(rss64 <= 20 * 1024)
+        ));
+
+        self.line(&format!(
+            "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
+            self.explain().await
+        ));
+        self.line(&format!(
+            "\nMeasured in {:.0} s by `bench/run{}`.",
+            started.elapsed().as_secs_f64(),
+            if smoke { " --smoke" } else { "" }
+        ));
+        self.save();
+    }
+
+    fn line(&mut self, s: &str) {
+        println!("{s}");
+        self.report.push_str(s);
+        self.report.push('\n');
+    }
+
+    fn save(&self) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results");
+        let _ = std::fs::create_dir_all(&dir);
+        let out = Command::new("date")
+            .arg("+%Y-%m-%dT%H%M%S")
+            .output()
+            .unwrap();
+        let name = format!("{}.md", String::from_utf8_lossy(&out.stdout).trim());
+        std::fs::write(dir.join(&name), &self.report).unwrap();
+        eprintln!("written to bench/results/{name}");
+    }
+
+    async fn root(&self) -> Conn {
+        Conn::new(Opts::from_url(&self.server).unwrap())
+            .await
+            .expect("cannot reach MariaDB (see tests/mariadb-up.sh)")
+    }
+
+    async fn conn(&self) -> Conn {
+        myjob::db::connect(&Opts::from_url(&self.url).unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn server_version(&self) -> String {
+        let mut c = self.root().await;
+        c.query_first("SELECT VERSION()")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    }
+
+    /// A fresh, migrated myjob_bench database.
+    async fn fresh(&self) -> Conn {
+        let mut root = self.root().await;
+        root.query_drop("DROP DATABASE IF EXISTS myjob_bench")
+            .await
+            .unwrap();
+        root.query_drop("CREATE DATABASE myjob_bench")
+            .await
+            .unwrap();
+        let mut conn = self.conn().await;
+        myjob::schema::migrate(&mut conn).await.unwrap();
+        conn
+    }
+
+    /// Inserts `n` pending jobs of 200 bytes, as an application would: plain multi-row INSERTs.
+    async fn insert(&self, conn: &mut Conn, n: usize) {
+        let payload = "x".repeat(200);
+        for start in (0..n).step_by(1000) {
+            let rows = (n - start).min(1000);
+            let values = vec!["('bench', ?)"; rows].join(", ");
+            let params: Vec<mysql_async::Value> =
+                (0..rows).map(|_| payload.as_str().into()).collect();
+            conn.exec_drop(
+                format!("INSERT INTO myjob_jobs (queue, payload) VALUES {values}"),
+                params,
+            )
+            .await
+            .unwrap();
+        }
+    }
+
+    /// How many `cat` processes per second tokio spawns and reaps, each fed 1 KiB on stdin
+    /// with stdout to /dev/null: the best median over 8, 16 and 32 in flight.
+    async fn spawn_ceiling(&self) -> f64 {
+        let mut best = 0.0f64;
+        for inflight in [8, 16, 32] {
+            let mut rates = Vec::new();
+            for _ in 0..self.size.repeats {
+                rates.push(spawn_rate(inflight, self.size.spawn_secs).await);
+            }
+            best = best.max(median(rates));
+        }
+        best
+    }
+
+    /// One connection, no myjob: claim 100 with the batch_id pattern, read them back, mark
+    /// them done in one UPDATE; jobs/s until the table is drained.
+    async fn claim_ceiling(&self) -> f64 {
+        let mut rates = Vec::new();
+        for _ in 0..self.size.repeats {
+            let mut conn = self.fresh().await;
+            self.insert(&mut conn, self.size.jobs).await;
+            let start = Instant::now();
+            let mut done = 0usize;
+            let mut batch = 1u64;
+            loop {
+                conn.exec_drop(
+                    "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) SET status = 'claimed', batch_id = ?, \
+                     owner_conn = CONNECTION_ID(), claimed_at = NOW(6), attempts = attempts + 1 \
+                     WHERE status = 'pending' AND run_at <= NOW(6) AND queue IN ('bench') \
+                     ORDER BY priority DESC, id LIMIT 100",
+                    (batch,),
+                )
+                .await
+                .unwrap();
+                let ids: Vec<u64> = conn
+                    .exec("SELECT id FROM myjob_jobs WHERE batch_id = ?", (batch,))
+                    .await
+                    .unwrap();
+                if ids.is_empty() {
+                    break;
+                }
+                let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+                conn.exec_drop(
+                    format!("UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6) WHERE batch_id = ? AND id IN ({list})"),
+                    (batch,),
+                )
+                .await
+                .unwrap();
+                done += ids.len();
+                batch += 1;
+            }
+            rates.push(done as f64 / start.elapsed().as_secs_f64());
+        }
+        median(rates)
+    }
+
+    fn config(&self, concurrency: usize, command: &str, poll: &str) -> PathBuf {
+        let path = self.dir.join(format!("bench-{concurrency}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "[database]\nurl = \"{}\"\n[worker]\nconcurrency = {concurrency}\npoll_interval = \"{poll}\"\n\
+                 [[queue]]\nname = \"bench\"\ncommand = [\"{command}\"]\n",
+                self.url
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    fn start(&self, config: &Path, instance: usize) -> Child {
+        let log = std::fs::File::create(self.dir.join(format!("worker-{instance}.log"))).unwrap();
+        Command::new(BIN)
+            .args([
+                "--config",
+                config.to_str().unwrap(),
+                "run",
+                "--instance",
+                &instance.to_string(),
+            ])
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    /// Jobs/s of `instances` × `concurrency` on `size.jobs` pending jobs, from the first claim
+    /// to the last finish as the table records them; and the largest peak RSS in KiB. The
+    /// median of `repeats` runs, each verified.
+    async fn throughput(&self, instances: usize, concurrency: usize, command: &str) -> (f64, u64) {
+        let mut rates = Vec::new();
+        let mut peak = 0;
+        for _ in 0..self.size.repeats {
+            let mut conn = self.fresh().await;
+            self.insert(&mut conn, self.size.jobs).await;
+            let config = self.config(concurrency, command, "100ms");
+            let mut workers: Vec<Child> = (1..=instances).map(|i| self.start(&config, i)).collect();
+            let n = self.size.jobs as u64;
+            let deadline = Instant::now() + Duration::from_secs(600);
+            loop {
+                let done: u64 = conn
+                    .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
+                    .await
+                    .unwrap()
+                    .unwrap();
+                if done == n {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "only {done} of {n} jobs done after 600 s"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            for w in &workers {
+                peak = peak.max(peak_rss_kib(w.id()));
+            }
+            stop(&mut workers);
+            let (jobs, once, secs): (u64, u64, f64) = conn
+                .query_first(
+                    "SELECT COUNT(*), SUM(attempts = 1), \
+                     TIMESTAMPDIFF(MICROSECOND, MIN(claimed_at), MAX(finished_at)) / 1e6 \
+                     FROM myjob_jobs WHERE status = 'done'",
+                )
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!((jobs, once), (n, n), "every job done, each claimed once");
+            rates.push(n as f64 / secs);
+        }
+        (median(rates), peak)
+    }
+
+    /// Idle workers; a job every 50 ms; the time from INSERT (created_at) to the handler's
+    /// start (a timestamp it writes). Returns p50 and p99 in ms, and the poll interval.
+    async fn latency(&self) -> (f64, f64, f64) {
+        let poll_ms = 500.0; // the default poll_interval
+        let mut conn = self.fresh().await;
+        let record = self.dir.join("starts");
+        let handler = self.dir.join("stamp.sh");
+        std::fs::write(
+            &handler,
+            format!(
+                "#!/bin/sh\necho \"$MYJOB_JOB_ID $(date +%s.%N)\" >> {}\n",
+                record.display()
+            ),
+        )
+        .unwrap();
+        chmod_x(&handler);
+        let _ = std::fs::remove_file(&record);
+        let config = self.config(8, handler.to_str().unwrap(), "500ms");
+        let mut workers = vec![self.start(&config, 1)];
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let end = Instant::now() + Duration::from_secs_f64(self.size.latency_secs);
+        let mut n = 0u64;
+        while Instant::now() < end {
+            conn.query_drop("INSERT INTO myjob_jobs (queue, payload) VALUES ('bench', 'x')")
+                .await
+                .unwrap();
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        loop {
+            let done: u64 = conn
+                .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
+                .await
+                .unwrap()
+                .unwrap();
+            if done == n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop(&mut workers);
+        let created: Vec<(u64, f64)> = conn
+            .query("SELECT id, UNIX_TIMESTAMP(created_at) FROM myjob_jobs")
+            .await
+            .unwrap();
+        let starts = std::fs::read_to_string(&record).unwrap();
+        let mut lat: Vec<f64> = starts
+            .lines()
+            .filter_map(|l| {
+                let (id, t) = l.split_once(' ')?;
+                let id: u64 = id.parse().ok()?;
+                let t: f64 = t.parse().ok()?;
+                let c = created.iter().find(|c| c.0 == id)?.1;
+                Some((t - c) * 1000.0)
+            })
+            .collect();
+        assert_eq!(lat.len() as u64, n, "every job started once");
+        lat.sort_by(f64::total_cmp);
+        (percentile(&lat, 0.50), percentile(&lat, 0.99), poll_ms)
+    }
+
+    /// An idle instance at concurrency 64: the queries/s it sends (the server's Questions,
+    /// less this probe's own) and its CPU, over `idle_secs`.
+    async fn idle(&self) -> (f64, f64) {
+        let mut conn = self.fresh().await;
+        let config = self.config(64, "/bin/cat", "500ms");
+        let mut workers = vec![self.start(&config, 1)];
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let pid = workers[0].id();
+        let questions = |rows: Vec<(String, u64)>| rows[0].1;
+        let q0 = questions(
+            conn.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+                .await
+                .unwrap(),
+        );
+        let (c0, t0) = (cpu_ticks(pid), Instant::now());
+        tokio::time::sleep(Duration::from_secs_f64(self.size.idle_secs)).await;
+        let q1 = questions(
+            conn.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+                .await
+                .unwrap(),
+        );
+        let (c1, secs) = (cpu_ticks(pid), t0.elapsed().as_secs_f64());
+        stop(&mut workers);
+        // The probe's second SHOW STATUS is counted in q1; anything else is the worker's.
+        let qps = (q1 - q0 - 1) as f64 / secs;
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as f64;
+        let cpu = (c1 - c0) as f64 / ticks / secs * 100.0;
+        (qps, cpu)
+    }
+
+    /// The median time of a claim of 100 (the real claim statement) with N done rows behind
+    /// 2,000 pending ones.
+    async fn table_growth(&self) -> Vec<(u64, f64)> {
+        let mut out = Vec::new();
+        for &rows in &self.size.growth.clone() {
+            let mut conn = self.fresh().await;
+            let mut left = rows;
+            while left > 0 {
+                let chunk = left.min(1_000_000);
+                conn.query_drop(format!(
+                    "INSERT INTO myjob_jobs (queue, payload, status) SELECT 'bench', 'x', 'done' FROM seq_1_to_{chunk}"
+                ))
+                .await
+                .unwrap();
+                left -= chunk;
+            }
+            self.insert(&mut conn, 2_000).await;
+            conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
+            let who = myjob::jobs::Claimer {
+                owner_server: "bench",
+                worker: "bench",
+            };
+            let mut times = Vec::new();
+            let queues = vec!["bench".to_owned()];
+            for batch in 1..=20u64 {
+                let t = Instant::now();
+                let got = myjob::jobs::claim(&mut conn, batch, &queues, 100, &who)
+                    .await
+                    .unwrap();
+                times.push(t.elapsed().as_secs_f64() * 1000.0);
+                assert_eq!(got.len(), 100);
+            }
+            out.push((rows, median(times)));
+        }
+        out
+    }
+
+    async fn explain(&self) -> String {
+        let mut conn = self.conn().await;
+        let rows: Vec<mysql_async::Row> = conn
+            .query(
+                "EXPLAIN UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) SET status = 'claimed', batch_id = 1 \
+                 WHERE status = 'pending' AND run_at <= NOW(6) AND queue IN ('bench') ORDER BY priority DESC, id LIMIT 100",
+            )
+            .await
+            .unwrap();
+        let mut text = String::new();
+        for row in rows {
+            let cols: Vec<String> = row
+                .columns_ref()
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    format!(
+                        "{}={}",
+                        c.name_str(),
+                        row.as_ref(i).map_or("NULL".into(), value_text)
+                    )
+                })
+                .collect();
+            let _ = writeln!(text, "{}", cols.join(" "));
+        }
+        text.trim_end().to_owned()
+    }
+}
+
+fn value_text(v: &mysql_async::Value) -> String {
+    match v {
+        mysql_async::Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+        mysql_async::Value::NULL => "NULL".into(),
+        other => other.as_sql(true),
+    }
+}
+
+async fn spawn_rate(inflight: usize, secs: f64) -> f64 {
+    let payload: Arc<[u8]> = vec![b'x'; 1024].into();
+    let count = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..inflight {
+        let (payload, count) = (payload.clone(), count.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                let mut child = tokio::process::Command::new("cat")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let mut stdin = child.stdin.take().unwrap();
+                let _ = stdin.write_all(&payload).await;
+                drop(stdin);
+                child.wait().await.unwrap();
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn stop(workers: &mut Vec<Child>) {
+    for w in workers.iter() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(w.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    for w in workers.iter_mut() {
+        let status = w.wait().unwrap();
+        assert!(status.success(), "a worker exited with {status}");
+    }
+    workers.clear();
+}
+
+/// VmHWM: the peak resident set of a process, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+fn chmod_x(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✓"
+    } else {
+        "✗ missed"
+    }
+}
