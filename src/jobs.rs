@@ -124,91 +124,113 @@ pub struct Outcome {
     pub write: Write,
 }
 
-/// Writes a set of outcomes in one transaction: one statement per batch for `done` and
-/// `release` (the common case), one per job for retries and failures (which carry their own
-/// error text and due time). Returns the ids whose write matched no row because the job was
-/// reaped and claimed again meanwhile.
+/// One fenced UPDATE about finished jobs.
+struct Statement {
+    sql: String,
+    params: Vec<Value>,
+    ids: Vec<u64>,
+    /// For a batch's `done` rows, which keep their batch_id: the batch, so a short count can
+    /// be traced to the jobs that lost their claim.
+    done_batch: Option<u64>,
+}
+
+/// Writes a set of outcomes: one statement per batch for `done` (the common case), one per job
+/// for the rest (retries and failures carry their own error text; releases happen only at a
+/// shutdown); in one transaction when there is more than one statement. Returns the ids whose
+/// write matched no row because the job was reaped meanwhile.
 pub async fn write_outcomes(conn: &mut Conn, outcomes: &[Outcome]) -> anyhow::Result<Vec<u64>> {
-    let mut fenced = Vec::new();
-    let mut tx = conn
-        .start_transaction(TxOpts::default())
-        .await
-        .context("starting the outcome transaction")?;
-
-    // Group the per-batch kinds: (batch_id, is_release) -> ids.
-    let mut groups: Vec<(u64, bool, Vec<u64>)> = Vec::new();
+    let mut statements: Vec<Statement> = Vec::new();
+    let mut done: Vec<(u64, Vec<u64>)> = Vec::new();
     for o in outcomes {
-        let release = match &o.write {
-            Write::Done => false,
-            Write::Release => true,
-            Write::Retry { delay, error } => {
-                tx.exec_drop(
-                    "UPDATE myjob_jobs SET status = 'pending', \
-                         run_at = NOW(6) + INTERVAL ? MICROSECOND, last_error = ?, \
-                         batch_id = NULL, owner_conn = NULL, owner_server = NULL, worker = NULL, \
-                         claimed_at = NULL \
-                     WHERE id = ? AND batch_id = ? AND status = 'claimed'",
-                    (delay.as_micros() as u64, error, o.job_id, o.batch_id),
-                )
-                .await
-                .context("writing a retry")?;
-                if tx.affected_rows() == 0 {
-                    fenced.push(o.job_id);
+        let (sql, params): (&str, Vec<Value>) = match &o.write {
+            Write::Done => {
+                match done.iter_mut().find(|g| g.0 == o.batch_id) {
+                    Some(g) => g.1.push(o.job_id),
+                    None => done.push((o.batch_id, vec![o.job_id])),
                 }
                 continue;
             }
-            Write::Fail { error } => {
-                tx.exec_drop(
-                    "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
-                     WHERE id = ? AND batch_id = ? AND status = 'claimed'",
-                    (error, o.job_id, o.batch_id),
-                )
-                .await
-                .context("writing a failure")?;
-                if tx.affected_rows() == 0 {
-                    fenced.push(o.job_id);
-                }
-                continue;
-            }
+            Write::Retry { delay, error } => (
+                "UPDATE myjob_jobs SET status = 'pending', run_at = NOW(6) + INTERVAL ? MICROSECOND, \
+                     last_error = ?, batch_id = NULL, owner_conn = NULL, owner_server = NULL, \
+                     worker = NULL, claimed_at = NULL \
+                 WHERE id = ? AND batch_id = ? AND status = 'claimed'",
+                vec![(delay.as_micros() as u64).into(), error.as_str().into()],
+            ),
+            Write::Fail { error } => (
+                "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
+                 WHERE id = ? AND batch_id = ? AND status = 'claimed'",
+                vec![error.as_str().into()],
+            ),
+            Write::Release => (
+                "UPDATE myjob_jobs SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, \
+                     batch_id = NULL, owner_conn = NULL, owner_server = NULL, worker = NULL, \
+                     claimed_at = NULL \
+                 WHERE id = ? AND batch_id = ? AND status = 'claimed'",
+                Vec::new(),
+            ),
         };
-        match groups
-            .iter_mut()
-            .find(|g| g.0 == o.batch_id && g.1 == release)
-        {
-            Some(g) => g.2.push(o.job_id),
-            None => groups.push((o.batch_id, release, vec![o.job_id])),
-        }
+        let mut params = params;
+        params.extend([o.job_id.into(), o.batch_id.into()]);
+        statements.push(Statement {
+            sql: sql.to_owned(),
+            params,
+            ids: vec![o.job_id],
+            done_batch: None,
+        });
+    }
+    for (batch_id, ids) in done {
+        let (list, mut params) = in_list(&ids);
+        params.push(batch_id.into());
+        statements.push(Statement {
+            sql: format!(
+                "UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6) \
+                 WHERE id IN ({list}) AND batch_id = ? AND status = 'claimed'"
+            ),
+            params,
+            ids,
+            done_batch: Some(batch_id),
+        });
     }
 
-    for (batch_id, release, ids) in groups {
-        let (list, id_values) = in_list(&ids);
-        let set = if release {
-            "status = 'pending', attempts = GREATEST(attempts, 1) - 1, batch_id = NULL, \
-             owner_conn = NULL, owner_server = NULL, worker = NULL, claimed_at = NULL"
-        } else {
-            "status = 'done', finished_at = NOW(6)"
-        };
-        let mut params: Vec<Value> = id_values;
-        params.push(batch_id.into());
-        tx.exec_drop(
-            format!("UPDATE myjob_jobs SET {set} WHERE id IN ({list}) AND batch_id = ? AND status = 'claimed'"),
-            Params::Positional(params.clone()),
-        )
-        .await
-        .context("writing finished jobs")?;
-        if (tx.affected_rows() as usize) < ids.len() {
-            // Rare: find out which ones lost their claim, to name them in the log.
-            let still: Vec<u64> = tx
-                .exec(
-                    format!("SELECT id FROM myjob_jobs WHERE id IN ({list}) AND batch_id = ?"),
-                    Params::Positional(params),
-                )
-                .await
-                .context("reading which jobs lost their claim")?;
-            fenced.extend(ids.iter().filter(|id| !still.contains(id)));
+    // One statement commits by itself; several share a transaction (one commit, one fsync).
+    // On an error the caller drops the connection, and the server rolls the rest back.
+    let several = statements.len() > 1;
+    if several {
+        conn.query_drop("BEGIN")
+            .await
+            .context("starting the outcome transaction")?;
+    }
+    let mut fenced = Vec::new();
+    for st in statements {
+        conn.exec_drop(&st.sql, Params::Positional(st.params))
+            .await
+            .context("writing outcomes")?;
+        if (conn.affected_rows() as usize) == st.ids.len() {
+            continue;
+        }
+        match st.done_batch {
+            None => fenced.extend(st.ids),
+            Some(batch_id) => {
+                // Rare: name the jobs that lost their claim. Ours kept our batch_id.
+                let (list, mut params) = in_list(&st.ids);
+                params.push(batch_id.into());
+                let ours: Vec<u64> = conn
+                    .exec(
+                        format!("SELECT id FROM myjob_jobs WHERE id IN ({list}) AND batch_id = ?"),
+                        Params::Positional(params),
+                    )
+                    .await
+                    .context("reading which jobs lost their claim")?;
+                fenced.extend(st.ids.into_iter().filter(|id| !ours.contains(id)));
+            }
         }
     }
-    tx.commit().await.context("committing outcomes")?;
+    if several {
+        conn.query_drop("COMMIT")
+            .await
+            .context("committing outcomes")?;
+    }
     Ok(fenced)
 }
 

@@ -363,3 +363,36 @@ async fn sighup_reloads_queues_and_keeps_the_old_config_when_the_new_one_is_bad(
     db.insert("other", &["y"]).await;
     db.wait_count("status = 'done'", 2, 20).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_releases_prefetched_jobs_without_using_an_attempt() {
+    let db = TestDb::new("prefetch").await;
+    // One slot and quick jobs: the completion rate makes the instance claim ahead.
+    let config = db.config("concurrency = 1", "");
+    let mut conn = db.conn().await;
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, payload) SELECT 'q', 'sleep:0' FROM seq_1_to_3000",
+    )
+    .await
+    .unwrap();
+    let mut w = Worker::start(&config, "1");
+    db.wait_at_least("status = 'done'", 100, 60).await;
+    w.signal(Signal::SIGTERM);
+    assert_eq!(w.wait(20), Some(0), "{}", w.log_text());
+    assert!(
+        w.log_text().contains("claimed ahead but not started"),
+        "nothing was prefetched"
+    );
+    assert_eq!(db.count("status = 'claimed'").await, 0);
+    assert_eq!(
+        db.count("status = 'pending' AND (attempts <> 0 OR batch_id IS NOT NULL)")
+            .await,
+        0
+    );
+    assert_eq!(db.count("status = 'done' AND attempts <> 1").await, 0);
+    assert_eq!(
+        db.count("status = 'done'").await as usize,
+        db.runs().len(),
+        "only done jobs ran"
+    );
+}

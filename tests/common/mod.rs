@@ -125,10 +125,19 @@ impl TestDb {
 
     /// Waits until `SELECT COUNT(*) … WHERE cond` equals `n`, or panics after `secs`.
     pub async fn wait_count(&self, cond: &str, n: u64, secs: u64) {
+        self.wait_until(cond, |got| got == n, n, secs).await
+    }
+
+    /// Waits until at least `n` rows match `cond`.
+    pub async fn wait_at_least(&self, cond: &str, n: u64, secs: u64) {
+        self.wait_until(cond, |got| got >= n, n, secs).await
+    }
+
+    async fn wait_until(&self, cond: &str, ok: impl Fn(u64) -> bool, n: u64, secs: u64) {
         let start = Instant::now();
         loop {
             let got = self.count(cond).await;
-            if got == n {
+            if ok(got) {
                 return;
             }
             assert!(
