@@ -40,6 +40,10 @@ const FINAL_WRITE: Duration = Duration::from_secs(10);
 /// How far ahead the prefetch looks: the jobs the instance finishes in this long, at its
 /// recent rate, are claimed ahead of a free slot (at most `batch_size`).
 const PREFETCH_HORIZON: Duration = Duration::from_millis(100);
+/// Outcomes are written together: once half a batch has finished, once the oldest has waited
+/// this long, or when nothing is running. Each write is a commit (an fsync on the server),
+/// so one per finished handler would cost more than the claims.
+const WRITE_AFTER: Duration = Duration::from_millis(10);
 /// How often the completion rate is re-estimated.
 const RATE_WINDOW: Duration = Duration::from_millis(250);
 
@@ -105,8 +109,9 @@ pub struct Consumer {
     /// Claimed jobs not started yet: the prefetch.
     ready: VecDeque<Ready>,
     rate: Rate,
-    /// Outcomes not yet written (the database may be away).
+    /// Outcomes not yet written (the database may be away), and when the oldest came in.
     unwritten: Vec<Outcome>,
+    unwritten_since: Option<Instant>,
     /// Fired when the shutdown runs out of time: kills every handler still running.
     abort: CancellationToken,
 }
@@ -135,6 +140,7 @@ impl Consumer {
             ready: VecDeque::new(),
             rate: Rate::new(),
             unwritten: Vec::new(),
+            unwritten_since: None,
             abort: CancellationToken::new(),
         }
     }
@@ -158,12 +164,19 @@ impl Consumer {
             if self.conn.is_none() && !self.reconnect(&shutdown).await {
                 break;
             }
-            if let Err(e) = self.write_unwritten().await {
-                self.lost_connection(e);
-                continue;
+            let now = Instant::now();
+            let write_due = self.unwritten.len() >= (worker.batch_size / 2).max(1)
+                || self.handlers.is_empty()
+                || self
+                    .unwritten_since
+                    .is_some_and(|t| now.duration_since(t) >= WRITE_AFTER);
+            if write_due {
+                if let Err(e) = self.write_unwritten().await {
+                    self.lost_connection(e);
+                    continue;
+                }
             }
 
-            let now = Instant::now();
             let prefetch = self.rate.prefetch(now, worker.batch_size);
             let held = self.handlers.len() + self.ready.len();
             let want = (worker.concurrency + prefetch)
@@ -191,11 +204,14 @@ impl Consumer {
                 self.keepalive().await;
             }
 
-            let wake = if backlog {
+            let mut wake = if backlog {
                 now + KEEPALIVE
             } else {
                 next_claim.min(now + KEEPALIVE)
             };
+            if let Some(t) = self.unwritten_since {
+                wake = wake.min(t + WRITE_AFTER);
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => {}
                 Some(r) = self.handlers.join_next_with_id(), if !self.handlers.is_empty() => {
@@ -400,6 +416,7 @@ impl Consumer {
                 attempt, "job released: cut short by the shutdown, the attempt does not count"
             ),
         }
+        self.unwritten_since.get_or_insert_with(Instant::now);
         self.unwritten.push(Outcome {
             job_id,
             batch_id: r.batch_id,
@@ -424,6 +441,7 @@ impl Consumer {
             );
         }
         self.unwritten.clear();
+        self.unwritten_since = None;
         Ok(())
     }
 

@@ -242,8 +242,8 @@ fn describe(status: ExitStatus) -> String {
 /// Logs a stream line by line, tagged with the job id, and returns its last bytes (for
 /// stderr's part in `last_error`).
 async fn pump(mut stream: impl AsyncRead + Unpin, job_id: u64, name: &'static str) -> String {
-    let mut buf = Vec::with_capacity(8192);
-    let mut chunk = vec![0u8; 64 * 1024];
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 8 * 1024];
     let mut tail: Vec<u8> = Vec::new();
     let mut lines = 0u64;
     loop {
