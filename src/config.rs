@@ -137,7 +137,7 @@ impl fmt::Debug for DatabaseSettings {
 pub struct WorkerSettings {
     /// Handler slots of one instance: at most this many handlers run at once.
     pub concurrency: usize,
-    /// The most jobs one claim takes; a claim never takes more than there are free slots.
+    /// The most jobs one claim takes; a claim takes the free slots plus a short prefetch.
     pub batch_size: usize,
     /// How long to wait before claiming again after a claim found fewer jobs than it asked for.
     pub poll_interval: Duration,
