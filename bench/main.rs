@@ -394,22 +394,7 @@ impl Bench {
             let config = self.config(concurrency, command, "100ms");
             let mut workers: Vec<Child> = (1..=instances).map(|i| self.start(&config, i)).collect();
             let n = self.size.jobs as u64;
-            let deadline = Instant::now() + Duration::from_secs(600);
-            loop {
-                let done: u64 = conn
-                    .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
-                    .await
-                    .unwrap()
-                    .unwrap();
-                if done == n {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "only {done} of {n} jobs done after 600 s"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            wait_done(&mut conn, n).await;
             for w in &workers {
                 peak = peak.max(peak_rss_kib(w.id()));
             }
@@ -458,17 +443,7 @@ impl Bench {
             n += 1;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        loop {
-            let done: u64 = conn
-                .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
-                .await
-                .unwrap()
-                .unwrap();
-            if done == n {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_done(&mut conn, n).await;
         stop(&mut workers);
         let created: Vec<(u64, f64)> = conn
             .query("SELECT id, UNIX_TIMESTAMP(created_at) FROM myjob_jobs")
@@ -625,6 +600,26 @@ async fn spawn_rate(inflight: usize, secs: f64) -> f64 {
         t.await.unwrap();
     }
     count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Waits until `n` jobs are done; a run that takes over 10 minutes is a failure.
+async fn wait_done(conn: &mut Conn, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let done: u64 = conn
+            .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
+            .await
+            .unwrap()
+            .unwrap();
+        if done == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {done} of {n} jobs done after 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn stop(workers: &mut Vec<Child>) {
