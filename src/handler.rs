@@ -97,14 +97,15 @@ pub async fn run(
         .take()
         .map(|s| tokio::spawn(pump(s, job.id, "stderr")));
 
-    let waited = tokio::select! {
-        status = child.wait() => Waited::Exited(status),
-        _ = tokio::time::sleep(queue.timeout) => Waited::TimedOut,
-        _ = abort.cancelled() => Waited::Aborted,
+    let ended = tokio::select! {
+        status = child.wait() => Ended::Status(status),
+        _ = tokio::time::sleep(queue.timeout) => Ended::TimedOut,
+        _ = abort.cancelled() => Ended::Aborted,
     };
-    let ended = match waited {
-        Waited::Exited(status) => Ended::Status(status),
-        Waited::TimedOut => {
+    // A timed-out or aborted handler is still running: end it before looking at its output.
+    match ended {
+        Ended::Status(_) => {}
+        Ended::TimedOut => {
             warn!(job_id = job.id, timeout = ?queue.timeout, "handler timed out: SIGTERM to its process group");
             signal_group(group, Signal::SIGTERM);
             tokio::select! {
@@ -119,14 +120,12 @@ pub async fn run(
                     let _ = child.wait().await;
                 }
             }
-            Ended::TimedOut
         }
-        Waited::Aborted => {
+        Ended::Aborted => {
             signal_group(group, Signal::SIGKILL);
             let _ = child.wait().await;
-            Ended::Aborted
         }
-    };
+    }
     // Whatever the handler left behind in its group dies with it.
     signal_group(group, Signal::SIGKILL);
 
@@ -166,12 +165,7 @@ pub async fn run(
     }
 }
 
-enum Waited {
-    Exited(std::io::Result<ExitStatus>),
-    TimedOut,
-    Aborted,
-}
-
+/// What ended the wait for a handler.
 enum Ended {
     Status(std::io::Result<ExitStatus>),
     TimedOut,
