@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{myjob, TestDb};
+use common::{edited, myjob, TestDb};
 use mysql_async::prelude::*;
 
 fn stderr(out: &std::process::Output) -> String {
@@ -235,10 +235,16 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
     assert!(error_line(&out).contains("newer than this myjob knows"));
 
     // The database unreachable: enqueue and migrate say so with 69.
-    let text = std::fs::read_to_string(&config)
+    let port = db
+        .url
+        .split('@')
+        .nth(1)
         .unwrap()
-        .replace("127.0.0.1:3306", "127.0.0.1:1");
-    std::fs::write(&config, text).unwrap();
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    edited(&config, &config, &[(&port, "127.0.0.1:1")]);
     let out = myjob(&["--config", c, "enqueue", "x"], b"");
     assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
     assert!(error_line(&out).starts_with("database: "));

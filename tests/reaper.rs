@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{kill_recorded_handlers, TestDb, Worker};
+use common::{edited, kill_recorded_handlers, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 
@@ -18,13 +18,11 @@ async fn kill_9_mid_batch_its_claims_come_back_and_a_live_slow_job_stays() {
     // Instance 2 holds one slow job for longer than stale_after: it must never be reset.
     // It has one slot, so the jobs below go to instance 1.
     let live_config = db.path("live.toml");
-    std::fs::write(
+    edited(
+        &config,
         &live_config,
-        std::fs::read_to_string(&config)
-            .unwrap()
-            .replace("concurrency = 4", "concurrency = 1"),
-    )
-    .unwrap();
+        &[("concurrency = 4", "concurrency = 1")],
+    );
     let live = Worker::start(&live_config, "2");
     let slow = db.insert("q", &["sleep:30"]).await[0];
     db.wait_count(&format!("id = {slow} AND status = 'claimed'"), 1, 20)
@@ -161,10 +159,7 @@ async fn without_process_the_reaper_refuses_and_resets_nothing() {
     let config = db.config("", "");
     let host_and_db = db.url.split_once('@').unwrap().1;
     let url = format!("mysql://{user}:pw@{host_and_db}");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace(&db.url, &url);
-    std::fs::write(&config, text).unwrap();
+    edited(&config, &config, &[(&db.url, &url)]);
     let w = Worker::start(&config, "1");
     w.wait_log("lacks the PROCESS privilege", 20).await;
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{myjob, TestDb, Worker};
+use common::{edited, myjob, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 
@@ -86,11 +86,14 @@ async fn backoff_delays_each_retry() {
     let db = TestDb::new("backoff").await;
     // A long backoff, so the delay is plain in run_at.
     let config = db.config("", "");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("backoff = \"100ms\"", "backoff = \"20s\"")
-        .replace("backoff_max = \"200ms\"", "backoff_max = \"1m\"");
-    std::fs::write(&config, text).unwrap();
+    edited(
+        &config,
+        &config,
+        &[
+            ("backoff = \"100ms\"", "backoff = \"20s\""),
+            ("backoff_max = \"200ms\"", "backoff_max = \"1m\""),
+        ],
+    );
     let ids = db.insert("q", &["fail"]).await;
     let _w = Worker::start(&config, "1");
     db.wait_count("status = 'pending' AND attempts = 1", 1, 30)
@@ -114,10 +117,11 @@ async fn backoff_delays_each_retry() {
 async fn a_handler_over_its_timeout_is_killed_with_its_children() {
     let db = TestDb::new("timeout").await;
     let config = db.config("kill_grace = \"1s\"", "timeout = \"1s\"");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("max_attempts = 3", "max_attempts = 1");
-    std::fs::write(&config, text).unwrap();
+    edited(
+        &config,
+        &config,
+        &[("max_attempts = 3", "max_attempts = 1")],
+    );
     let ids = db.insert("q", &["ignore-term:60"]).await;
     let start = Instant::now();
     let w = Worker::start(&config, "1");
@@ -283,11 +287,12 @@ async fn handlers_get_a_clean_environment_and_the_payload_on_stdin() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_running_handlers_and_releases_the_rest() {
     let db = TestDb::new("drain").await;
-    let config = db.config("concurrency = 2\nshutdown_timeout = \"3s\"", "");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("shutdown_timeout = \"5s\"\n", "");
-    std::fs::write(&config, text).unwrap();
+    let config = db.config("concurrency = 2", "");
+    edited(
+        &config,
+        &config,
+        &[("shutdown_timeout = \"5s\"", "shutdown_timeout = \"3s\"")],
+    );
     let ids = db.insert("q", &["sleep:1", "sleep:60"]).await;
     let mut w = Worker::start(&config, "1");
     db.wait_count("status = 'claimed'", 2, 20).await;

@@ -211,6 +211,17 @@ echo "handled $MYJOB_JOB_ID"
 exit 0
 "#;
 
+/// Writes `src` to `dst` (the same path edits in place) with each `(from, to)` replaced. A
+/// `from` that is not in the file is a mistake in the test, not an edit to skip.
+pub fn edited(src: &Path, dst: &Path, edits: &[(&str, &str)]) {
+    let mut text = std::fs::read_to_string(src).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{} has no {from:?}", src.display());
+        text = text.replace(from, to);
+    }
+    std::fs::write(dst, text).unwrap();
+}
+
 pub fn chmod_x(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
