@@ -4,9 +4,16 @@
 //! A claim is stale when it is older than `stale_after` and its owner's connection is no
 //! longer in the processlist, or belongs to an earlier start of the server (connection ids
 //! restart at 1). A live claimer's jobs are never touched, however long they run.
+//!
+//! A stale claim is put back only when two passes in a row (one `interval` apart) find it
+//! so, and claims of an earlier start of the server only once the reaper has been connected
+//! to the new one for `stale_after`: an instance that merely lost its connection, or waited
+//! out a restart of the server, gets that long to reconnect and re-own its claims, rather
+//! than see its running jobs handed to another worker and run twice.
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context as _;
 use mysql_async::prelude::*;
@@ -25,10 +32,15 @@ const MAX_PER_PASS: usize = 1000;
 pub struct Reaper {
     opts: Opts,
     settings: watch::Receiver<Arc<Settings>>,
-    conn: Option<(Conn, ServerId)>,
+    /// The connection, the server it reaches, and since when.
+    conn: Option<(Conn, ServerId, Instant)>,
     /// The missing-PROCESS error is logged once, not every interval.
     refused: bool,
+    /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
+    suspects: HashSet<Suspect>,
 }
+
+type Suspect = (u64, Option<u64>, Option<u64>);
 
 /// What the reaper makes of one old claim.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,6 +59,7 @@ impl Reaper {
             settings,
             conn: None,
             refused: false,
+            suspects: HashSet::new(),
         }
     }
 
@@ -64,7 +77,7 @@ impl Reaper {
                 self.conn = None;
             }
         }
-        if let Some((conn, _)) = self.conn.take() {
+        if let Some((conn, ..)) = self.conn.take() {
             let _ = conn.disconnect().await;
         }
     }
@@ -75,10 +88,10 @@ impl Reaper {
                 .await
                 .context("cannot connect to the database")?;
             let server = ServerId::of(&mut conn).await?;
-            self.conn = Some((conn, server));
+            self.conn = Some((conn, server, Instant::now()));
         }
         let settings = self.settings.borrow().clone();
-        let Some((conn, server)) = self.conn.as_mut() else {
+        let Some((conn, server, since)) = self.conn.as_mut() else {
             return Ok(());
         };
         // The lock is named after the database, so that separate myjob databases on one
@@ -91,7 +104,18 @@ impl Reaper {
             debug!("reaper: another instance holds the reaper lock");
             return Ok(());
         }
-        let result = reap(conn, server, &settings, &mut self.refused).await;
+        // A server restart always breaks this connection, so a recent connection is how the
+        // reaper knows the owners of claims from before a restart may still be reconnecting.
+        let just_connected = since.elapsed() < settings.reaper.stale_after;
+        let result = reap(
+            conn,
+            server,
+            just_connected,
+            &settings,
+            &mut self.refused,
+            &mut self.suspects,
+        )
+        .await;
         conn.query_drop("DO RELEASE_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64))")
             .await
             .context("releasing the reaper lock")?;
@@ -102,8 +126,10 @@ impl Reaper {
 async fn reap(
     conn: &mut Conn,
     server: &ServerId,
+    just_connected: bool,
     settings: &Settings,
     refused: &mut bool,
+    suspects: &mut HashSet<Suspect>,
 ) -> anyhow::Result<()> {
     // Without PROCESS, the processlist shows only this account's own connections, and every
     // other worker would look dead: refuse rather than reset live claims.
@@ -120,6 +146,7 @@ async fn reap(
     // from the later list is dead; one that reconnected and adopted its claims in between has
     // a new owner_conn, and the reset below, fenced by the old one, leaves it alone.
     let old = jobs::old_claims(conn, settings.reaper.stale_after, MAX_PER_PASS).await?;
+    let last_pass = std::mem::take(suspects);
     if old.is_empty() {
         return Ok(());
     }
@@ -131,7 +158,7 @@ async fn reap(
         .collect();
     let mut foreign = 0;
     for claim in &old {
-        let reason = match judge(claim, server, &live) {
+        let reason = match judge(claim, server, &live, just_connected) {
             Verdict::Alive => continue,
             Verdict::Foreign => {
                 foreign += 1;
@@ -139,6 +166,15 @@ async fn reap(
             }
             Verdict::Dead(reason) => reason,
         };
+        let suspect = (claim.id, claim.batch_id, claim.owner_conn);
+        if !last_pass.contains(&suspect) {
+            debug!(
+                job_id = claim.id,
+                "reaper: stale claim, put back at the next pass if still so: {reason}"
+            );
+            suspects.insert(suspect);
+            continue;
+        }
         let error = format!("attempt {} abandoned: {reason}", claim.attempts);
         if jobs::reset_claim(conn, claim, &error).await? {
             warn!(
@@ -157,7 +193,9 @@ async fn reap(
     Ok(())
 }
 
-fn judge(claim: &OldClaim, me: &ServerId, live: &HashSet<u64>) -> Verdict {
+/// `just_connected`: the reaper has been connected for less than `stale_after`, so the owners
+/// of claims made before a restart of the server may still be reconnecting.
+fn judge(claim: &OldClaim, me: &ServerId, live: &HashSet<u64>, just_connected: bool) -> Verdict {
     let Some(owner) = claim.owner_server.as_deref().and_then(ServerId::parse) else {
         return Verdict::Dead("its claim names no owner".into());
     };
@@ -165,6 +203,9 @@ fn judge(claim: &OldClaim, me: &ServerId, live: &HashSet<u64>) -> Verdict {
         return Verdict::Foreign;
     }
     if !owner.same_life(me) {
+        if just_connected {
+            return Verdict::Alive;
+        }
         return Verdict::Dead(format!(
             "the server has restarted since ({owner} then, {me} now)"
         ));
@@ -219,24 +260,30 @@ mod tests {
         };
         let live: HashSet<u64> = [5].into();
         assert_eq!(
-            judge(&claim(Some("db:3306/1000"), Some(5)), &me, &live),
+            judge(&claim(Some("db:3306/1000"), Some(5)), &me, &live, false),
             Verdict::Alive
         );
         assert!(matches!(
-            judge(&claim(Some("db:3306/1001"), Some(6)), &me, &live),
+            judge(&claim(Some("db:3306/1001"), Some(6)), &me, &live, false),
             Verdict::Dead(_)
         ));
+        // Before the server has been up for stale_after, its previous life's owners may still
+        // be reconnecting.
+        assert_eq!(
+            judge(&claim(Some("db:3306/400"), Some(5)), &me, &live, true),
+            Verdict::Alive
+        );
         // An id that is live now but was issued by the server's previous life.
         assert!(matches!(
-            judge(&claim(Some("db:3306/400"), Some(5)), &me, &live),
+            judge(&claim(Some("db:3306/400"), Some(5)), &me, &live, false),
             Verdict::Dead(_)
         ));
         assert_eq!(
-            judge(&claim(Some("other:3306/1000"), Some(6)), &me, &live),
+            judge(&claim(Some("other:3306/1000"), Some(6)), &me, &live, false),
             Verdict::Foreign
         );
         assert!(matches!(
-            judge(&claim(None, None), &me, &live),
+            judge(&claim(None, None), &me, &live, false),
             Verdict::Dead(_)
         ));
     }
