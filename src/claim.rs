@@ -103,6 +103,10 @@ pub struct Consumer {
     conn: Option<Conn>,
     /// `owner_server` for claims made on `conn`.
     server: String,
+    /// While `conn` is None: when to try connecting again, and the wait after a failure. The
+    /// loop keeps turning meanwhile: handlers finish, prefetched jobs start, outcomes wait.
+    reconnect_at: Instant,
+    backoff: db::Backoff,
     last_query: Instant,
     handlers: JoinSet<Write>,
     running: HashMap<Id, Running>,
@@ -134,6 +138,8 @@ impl Consumer {
             stats,
             conn: None,
             server: String::new(),
+            reconnect_at: Instant::now(),
+            backoff: db::Backoff::default(),
             last_query: Instant::now(),
             handlers: JoinSet::new(),
             running: HashMap::new(),
@@ -161,9 +167,7 @@ impl Consumer {
                 self.finished(r);
             }
             self.fill(&settings);
-            if self.conn.is_none() && !self.reconnect(&shutdown).await {
-                break;
-            }
+            self.reconnect_if_due().await;
             let now = Instant::now();
             let write_due = self.unwritten.len() >= (worker.batch_size / 2).max(1)
                 || self.handlers.is_empty()
@@ -211,6 +215,9 @@ impl Consumer {
             };
             if let Some(t) = self.unwritten_since {
                 wake = wake.min(t + WRITE_AFTER);
+            }
+            if self.conn.is_none() {
+                wake = wake.min(self.reconnect_at);
             }
             tokio::select! {
                 _ = shutdown.cancelled() => {}
@@ -264,6 +271,7 @@ impl Consumer {
         let mut aborted = false;
         while !self.handlers.is_empty() {
             self.stats.beat();
+            let retry = self.conn.is_none().then_some(self.reconnect_at);
             tokio::select! {
                 Some(r) = self.handlers.join_next_with_id() => self.finished(r),
                 _ = sleep_until(deadline), if !aborted => {
@@ -271,12 +279,9 @@ impl Consumer {
                     self.abort.cancel();
                     aborted = true;
                 }
+                _ = sleep_until(retry.unwrap_or(deadline)), if retry.is_some() => {}
             }
-            if self.conn.is_some() {
-                if let Err(e) = self.write_unwritten().await {
-                    self.lost_connection(e);
-                }
-            }
+            self.write_or_reconnect().await;
         }
         let give_up = CancellationToken::new();
         let timer = {
@@ -287,12 +292,13 @@ impl Consumer {
             })
         };
         while !self.unwritten.is_empty() && !give_up.is_cancelled() {
-            if self.conn.is_none() && !self.reconnect(&give_up).await {
-                break;
+            if self.conn.is_none() {
+                tokio::select! {
+                    _ = give_up.cancelled() => break,
+                    _ = sleep_until(self.reconnect_at) => {}
+                }
             }
-            if let Err(e) = self.write_unwritten().await {
-                self.lost_connection(e);
-            }
+            self.write_or_reconnect().await;
         }
         timer.abort();
         if !self.unwritten.is_empty() {
@@ -459,41 +465,51 @@ impl Consumer {
         warn!("consumer: database error, reconnecting: {e:#}");
         // Dropping the connection closes it; its id is then gone from the processlist.
         self.conn = None;
+        self.reconnect_at = Instant::now();
     }
 
-    /// Connects again, then adopts the claims this instance still holds so the reaper does
-    /// not take them from running handlers. False when `give_up` fired first.
-    async fn reconnect(&mut self, give_up: &CancellationToken) -> bool {
-        loop {
-            let stats = self.stats.clone();
-            let Some(mut conn) =
-                db::connect_retrying(&self.opts, "consumer", give_up, || stats.beat()).await
-            else {
-                return false;
-            };
-            match self.adopt(&mut conn).await {
-                Ok(adopted) => {
-                    let id = conn.id();
-                    if adopted > 0 {
-                        info!(
-                            connection = id,
-                            adopted, "consumer: connected; adopted the claims of running jobs"
-                        );
-                    } else {
-                        info!(connection = id, "consumer: connected");
-                    }
-                    self.conn = Some(conn);
-                    self.last_query = Instant::now();
-                    return true;
-                }
-                Err(e) => {
-                    warn!("consumer: cannot set up the connection: {e:#}");
-                    tokio::select! {
-                        _ = give_up.cancelled() => return false,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
+    /// Writes the held outcomes, connecting first if the connection is gone and an attempt
+    /// is due.
+    async fn write_or_reconnect(&mut self) {
+        self.reconnect_if_due().await;
+        if self.conn.is_some() {
+            if let Err(e) = self.write_unwritten().await {
+                self.lost_connection(e);
             }
+        }
+    }
+
+    /// When the connection is gone and the backoff has passed, one attempt to connect again.
+    /// On success it adopts the claims this instance still holds, so the reaper does not take
+    /// them from running handlers; on failure the next attempt waits for the backoff.
+    async fn reconnect_if_due(&mut self) {
+        if self.conn.is_some() || Instant::now() < self.reconnect_at {
+            return;
+        }
+        self.stats.beat();
+        let result = match db::connect(&self.opts).await {
+            Ok(mut conn) => match self.adopt(&mut conn).await {
+                Ok(adopted) => Ok((conn, adopted)),
+                Err(e) => Err(e.context("setting up the connection")),
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok((conn, adopted)) => {
+                let id = conn.id();
+                if adopted > 0 {
+                    info!(
+                        connection = id,
+                        adopted, "consumer: connected; adopted the claims of running jobs"
+                    );
+                } else {
+                    info!(connection = id, "consumer: connected");
+                }
+                self.conn = Some(conn);
+                self.last_query = Instant::now();
+                self.backoff.reset();
+            }
+            Err(e) => self.reconnect_at = Instant::now() + self.backoff.failed("consumer", &e),
         }
     }
 

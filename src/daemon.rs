@@ -52,8 +52,7 @@ pub async fn run(
 
     // Wait for the database as long as it takes: READY=1 only once it answers and the schema
     // fits. A missing or newer schema is a configuration error, not worth retrying.
-    let Some(mut conn) =
-        db::connect_retrying(&settings.database.opts, "startup", &shutdown, || {}).await
+    let Some(mut conn) = db::connect_retrying(&settings.database.opts, "startup", &shutdown).await
     else {
         return Ok(());
     };

@@ -33,30 +33,49 @@ pub async fn connect(opts: &Opts) -> anyhow::Result<Conn> {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects, retrying with capped exponential backoff until it works or `shutdown` fires.
-/// Logs one line per failed attempt, and calls `on_attempt` before each (the consumer uses
-/// it to show the watchdog it is not stuck). `None` means `shutdown` came first.
+/// Logs one line per failed attempt (see [`Backoff`]). `None` means `shutdown` came first.
+/// Used at startup, before READY=1; the consumer reconnects one attempt at a time instead, so
+/// its loop keeps turning.
 pub async fn connect_retrying(
     opts: &Opts,
     what: &str,
     shutdown: &CancellationToken,
-    mut on_attempt: impl FnMut(),
 ) -> Option<Conn> {
-    let mut delay = Duration::from_millis(200);
-    let mut attempt = 1u32;
+    let mut backoff = Backoff::default();
     loop {
-        on_attempt();
         match connect(opts).await {
             Ok(conn) => return Some(conn),
             Err(e) => {
-                warn!(attempt, retry_in = ?delay, "{what}: cannot connect to the database: {e:#}");
+                let delay = backoff.failed(what, &e);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
             }
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return None,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(10));
-        attempt += 1;
+    }
+}
+
+/// The wait between connection attempts: 0.2 s, doubling up to 10 s. Each failure is logged
+/// once, with its attempt number and the wait: one line per attempt, never a flood.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    /// Logs a failed attempt and returns how long to wait before the next.
+    pub fn failed(&mut self, what: &str, e: &anyhow::Error) -> Duration {
+        self.failures += 1;
+        let delay = Duration::from_millis(200)
+            .saturating_mul(1 << (self.failures - 1).min(6))
+            .min(Duration::from_secs(10));
+        warn!(attempt = self.failures, retry_in = ?delay, "{what}: cannot connect to the database: {e:#}");
+        delay
+    }
+
+    pub fn reset(&mut self) {
+        self.failures = 0;
     }
 }
 

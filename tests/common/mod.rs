@@ -2,6 +2,8 @@
 //! binary as a child process, and one handler script whose behaviour the payload picks.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -194,7 +196,8 @@ impl Drop for TestDb {
 /// The test handler. It records each run, then does what the payload says:
 /// `sleep:N` sleeps N s; `fail` fails on stderr; `perm` fails for good (exit 65); `flaky`
 /// fails on attempt 1 only; `ignore-term:N` ignores SIGTERM, leaves a child behind and sleeps
-/// N s; `slow-if-flag` sleeps 60 s while the file `slow` exists; anything else succeeds.
+/// N s; `slow-if-flag` sleeps 60 s while the file `slow` exists; `fail-on:I:N` sleeps N s
+/// and fails on instance I only; anything else succeeds.
 pub const HANDLER: &str = r#"#!/bin/sh
 p=$(cat)
 echo "$MYJOB_JOB_ID $MYJOB_ATTEMPT $MYJOB_INSTANCE $$" >> DIR/runs
@@ -206,10 +209,48 @@ case "$p" in
   ignore-term:*) trap '' TERM; sleep 300 & echo $! > DIR/child; sleep "${p#ignore-term:}" ;;
   slow-if-flag) while [ -e DIR/slow ]; do sleep 0.1; done ;;
   env) env > DIR/env.$MYJOB_JOB_ID ;;
+  fail-on:*) sleep "${p##*:}"; x=${p#fail-on:}; if [ "$MYJOB_INSTANCE" = "${x%%:*}" ]; then echo "failed on $MYJOB_INSTANCE" >&2; exit 1; fi ;;
 esac
 echo "handled $MYJOB_JOB_ID"
 exit 0
 "#;
+
+/// A socket where systemd's NOTIFY_SOCKET would be: what the daemon reports (READY=1,
+/// STATUS=…), over the real protocol.
+pub struct NotifySocket {
+    pub path: PathBuf,
+    socket: std::os::unix::net::UnixDatagram,
+    seen: std::sync::Mutex<Vec<String>>,
+}
+
+impl NotifySocket {
+    pub fn new(db: &TestDb) -> NotifySocket {
+        let path = db.path("notify.sock");
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        socket.set_nonblocking(true).unwrap();
+        NotifySocket {
+            path,
+            socket,
+            seen: Default::default(),
+        }
+    }
+
+    /// Every message received so far, oldest first.
+    pub fn messages(&self) -> Vec<String> {
+        let mut seen = self.seen.lock().unwrap();
+        let mut buf = vec![0u8; 4096];
+        while let Ok(n) = self.socket.recv(&mut buf) {
+            seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        seen.clone()
+    }
+
+    pub fn ready(&self) -> bool {
+        self.messages()
+            .iter()
+            .any(|m| m.lines().any(|l| l == "READY=1"))
+    }
+}
 
 /// Writes `src` to `dst` (the same path edits in place) with each `(from, to)` replaced. A
 /// `from` that is not in the file is a mistake in the test, not an edit to skip.
@@ -240,7 +281,29 @@ impl Worker {
 
     pub fn start_with_env(config: &Path, instance: &str, env: &[(&str, &str)]) -> Worker {
         let log = config.with_file_name(format!("worker-{instance}.log"));
-        let file = std::fs::File::create(&log).unwrap();
+        Self::spawn(config, instance, env, log, false)
+    }
+
+    /// Starts an instance whose stderr is appended to `log`, so that the logs of successive
+    /// starts of one instance stay in one file.
+    pub fn start_appending(config: &Path, instance: &str, log: &Path) -> Worker {
+        Self::spawn(config, instance, &[], log.to_owned(), true)
+    }
+
+    fn spawn(
+        config: &Path,
+        instance: &str,
+        env: &[(&str, &str)],
+        log: PathBuf,
+        append: bool,
+    ) -> Worker {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&log)
+            .unwrap();
         let child = Command::new(bin())
             .args([
                 "--config",

@@ -1,0 +1,213 @@
+//! The database going away, with a real server: down when an instance starts, gone while
+//! handlers run (the outcome is held and written later, or fenced when the claim was reaped
+//! meanwhile), and a server `wait_timeout` shorter than a handler.
+//!
+//! The outages are made by a TCP proxy between the instance and the server (see
+//! `common::proxy`), so the server keeps running for the other tests.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::proxy::Proxy;
+use common::{edited, NotifySocket, TestDb, Worker};
+use mysql_async::prelude::*;
+
+/// The test's config, with the database reached through `proxy`.
+fn config_through(
+    db: &TestDb,
+    proxy: &Proxy,
+    name: &str,
+    edits: &[(&str, &str)],
+) -> std::path::PathBuf {
+    let base = db.config("concurrency = 2", "");
+    let path = db.path(name);
+    let url_line = format!("url = \"{}\"", db.url);
+    let proxied = format!("url = \"{}\"", proxy.url(db));
+    let mut all = vec![(url_line.as_str(), proxied.as_str())];
+    all.extend_from_slice(edits);
+    edited(&base, &path, &all);
+    path
+}
+
+fn count_lines(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn down_at_start_it_retries_with_backoff_and_is_ready_only_once_connected() {
+    let db = TestDb::new("down_at_start").await;
+    let proxy = Proxy::new();
+    let config = config_through(&db, &proxy, "proxied.toml", &[]);
+    let notify = NotifySocket::new(&db);
+    let worker = Worker::start_with_env(
+        &config,
+        "1",
+        &[("NOTIFY_SOCKET", notify.path.to_str().unwrap())],
+    );
+
+    // Nothing listens: one line per attempt, spaced out by the backoff (0.2 s, 0.4 s, 0.8 s,
+    // 1.6 s …), and no READY=1.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = worker.log_text();
+    let attempts = count_lines(&log, "startup: cannot connect to the database");
+    assert!(
+        (3..=6).contains(&attempts),
+        "{attempts} connection attempts in 4 s:\n{log}"
+    );
+    assert!(log.contains("attempt=1 "), "{log}");
+    assert!(!notify.ready(), "READY=1 before the database answered");
+
+    // The database comes: READY=1 follows, and jobs run.
+    proxy.up().await;
+    let start = Instant::now();
+    while !notify.ready() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no READY=1 after the database came back:\n{}",
+            worker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = db.insert("q", &["x"]).await[0];
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 20)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn away_mid_batch_the_outcome_is_held_and_written_when_it_is_back() {
+    let db = TestDb::new("away_mid_batch").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    // The reaper looks every 5 s: an instance that lost its connection has that long (two
+    // passes) to come back and re-own its claims.
+    let config = config_through(
+        &db,
+        &proxy,
+        "proxied.toml",
+        &[("interval = \"500ms\"", "interval = \"5s\"")],
+    );
+    let worker = Worker::start(&config, "1");
+    let id = db.insert("q", &["sleep:3"]).await[0];
+    db.wait_count(&format!("id = {id} AND status = 'claimed'"), 1, 20)
+        .await;
+    let (_, _, batch, _, _) = db.job(id).await;
+    while db.runs().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The database goes away while the handler runs, and stays away after it finished.
+    proxy.down();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let log = worker.log_text();
+    assert!(log.contains(&format!("job done job_id={id}")), "{log}");
+    assert!(
+        log.contains("consumer: cannot connect to the database"),
+        "{log}"
+    );
+    let (status, ..) = db.job(id).await;
+    assert_eq!(
+        status, "claimed",
+        "the outcome was written while the database was away?"
+    );
+
+    // Back: the instance reconnects, re-owns the claim and writes the held outcome.
+    proxy.up().await;
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 30)
+        .await;
+    let (_, attempts, done_batch, _, _) = db.job(id).await;
+    assert_eq!((attempts, done_batch), (1, batch));
+    assert_eq!(db.runs().len(), 1, "the job ran again");
+    worker
+        .wait_log("consumer: connected; adopted the claims of running jobs", 5)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_reaped_while_the_database_was_away_keeps_the_new_owners_outcome() {
+    let db = TestDb::new("away_reaped").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    let config = config_through(&db, &proxy, "proxied.toml", &[]);
+    let direct = db.config("concurrency = 2", "");
+
+    // Instance a claims the job through the proxy; its run fails after 3 s.
+    let a = Worker::start(&config, "a");
+    let id = db.insert("q", &["fail-on:a:3"]).await[0];
+    db.wait_count(&format!("id = {id} AND worker LIKE '%:a'"), 1, 20)
+        .await;
+    let b = Worker::start(&direct, "b");
+
+    // a's database goes away. b's reaper sees a's connection gone, puts the job back, and b
+    // runs it (and succeeds), all before a can write its failure.
+    proxy.down();
+    db.wait_count(
+        &format!("id = {id} AND status = 'done' AND worker LIKE '%:b'"),
+        1,
+        30,
+    )
+    .await;
+    a.wait_log("job failed, will retry: attempt 1 of 3: exit status 1", 10)
+        .await;
+
+    // a comes back: its late failure is fenced, and b's outcome is the one kept.
+    proxy.up().await;
+    a.wait_log(
+        &format!("job outcome not written: its claim was reaped and the job was put back meanwhile job_id={id}"),
+        30,
+    )
+    .await;
+    let (status, _, _, worker, _) = db.job(id).await;
+    assert_eq!(status, "done");
+    assert!(worker.unwrap().ends_with(":b"));
+    assert_eq!(db.count(&format!("id = {id} AND status = 'done'")).await, 1);
+    assert!(b.log_text().contains("reaper: stale claim put back"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_wait_timeout_shorter_than_a_handler_does_not_cost_the_claim() {
+    let db = TestDb::new("wait_timeout").await;
+    let config = db.config("concurrency = 2", "");
+
+    // Sessions opened now get wait_timeout = 5 s: the instance's among them. The global value
+    // is put back as soon as the instance is connected.
+    let mut conn = db.conn().await;
+    let old: u64 = conn
+        .query_first("SELECT @@GLOBAL.wait_timeout")
+        .await
+        .unwrap()
+        .unwrap();
+    conn.query_drop("SET GLOBAL wait_timeout = 5")
+        .await
+        .unwrap();
+    let worker = Worker::start(&config, "1");
+    worker.wait_log("consumer: connected", 20).await;
+    let mut probe = db.conn().await;
+    let probe_timeout: u64 = probe
+        .query_first("SELECT @@SESSION.wait_timeout")
+        .await
+        .unwrap()
+        .unwrap();
+    conn.query_drop(format!("SET GLOBAL wait_timeout = {old}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        probe_timeout, 5,
+        "the server did not take the short wait_timeout"
+    );
+
+    // A 20 s handler: the claim connection is idle far longer than 5 s between queries unless
+    // it pings, and the reaper (stale_after 2 s) would take a claim whose connection died.
+    let id = db.insert("q", &["sleep:20"]).await[0];
+    db.wait_count(&format!("id = {id} AND status = 'claimed'"), 1, 20)
+        .await;
+    let (_, _, batch, _, _) = db.job(id).await;
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 40)
+        .await;
+    let (_, attempts, done_batch, _, _) = db.job(id).await;
+    assert_eq!((attempts, done_batch), (1, batch));
+    assert_eq!(db.runs().len(), 1);
+    let log = worker.log_text();
+    assert!(!log.contains("reconnecting"), "{log}");
+    assert!(!log.contains("stale claim put back"), "{log}");
+}
