@@ -17,16 +17,24 @@ use tracing::warn;
 pub async fn connect(opts: &Opts) -> anyhow::Result<Conn> {
     // Fencing reads affected-row counts as "rows changed", so CLIENT_FOUND_ROWS (which counts
     // rows matched) stays off whatever the url asks for.
-    let opts = OptsBuilder::from_opts(opts.clone())
-        .client_found_rows(false)
-        .init(vec![
-            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-        ]);
+    let mut builder = OptsBuilder::from_opts(opts.clone()).client_found_rows(false);
+    if opts.max_allowed_packet().is_none() {
+        builder = builder.max_allowed_packet(Some(READ_PACKET_LIMIT));
+    }
+    let opts = builder.init(vec![
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    ]);
     match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts)).await {
         Ok(conn) => conn.map_err(|e| anyhow::anyhow!(describe(&e))),
         Err(_) => anyhow::bail!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
     }
 }
+
+/// The largest packet myjob accepts from the server. The driver's default is the server's
+/// `max_allowed_packet` (16 MiB unless raised), but a claimed row carries its payload, which
+/// the column allows up to 16 MiB, plus the other columns: such a row would fail every claim
+/// of it. The server's own limit still applies to what is sent to it.
+const READ_PACKET_LIMIT: usize = 64 << 20;
 
 /// A connection attempt that hangs (a host that drops packets) must not stall a loop for the
 /// kernel's TCP timeout of minutes.

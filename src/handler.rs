@@ -276,7 +276,13 @@ async fn pump(mut stream: impl AsyncRead + Unpin, job_id: u64, name: &'static st
     if tail.len() > STDERR_TAIL {
         tail.drain(..tail.len() - STDERR_TAIL);
     }
-    clean(&tail).trim().to_owned()
+    // Its lines joined with " | ": last_error is also logged, and must stay one line.
+    String::from_utf8_lossy(&tail)
+        .lines()
+        .map(|l| clean(l.trim().as_bytes()))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 fn emit(line: &[u8], job_id: u64, stream: &'static str, lines: &mut u64) {
