@@ -112,6 +112,9 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
         Command::CheckConfig => {
             let settings = Settings::load(&cli.config).or_exit(ExitCode::Config)?;
             settings.check_runnable().or_exit(ExitCode::Config)?;
+            for exposed in settings.exposed_secrets() {
+                tracing::warn!("{exposed}");
+            }
             println!(
                 "{}: ok, {} queue(s)",
                 cli.config.display(),

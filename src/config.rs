@@ -121,6 +121,10 @@ pub struct DatabaseSettings {
     pub opts: mysql_async::Opts,
     /// `mysql://user@host:port/db`, without the password: safe to log.
     pub display: String,
+    /// Where the password came from, for the permission check: the config file's url, or
+    /// `password_file`.
+    pub url_has_password: bool,
+    pub password_file: Option<PathBuf>,
 }
 
 impl fmt::Debug for DatabaseSettings {
@@ -187,6 +191,31 @@ impl Settings {
             validate(raw, url_override).map_err(|(key, message)| err(Some(&key), message))?;
         settings.path = path.to_owned();
         Ok(settings)
+    }
+
+    /// Files holding the database password that every user of the machine may read: the
+    /// config file when its url has the password, and `password_file`. One line each.
+    pub fn exposed_secrets(&self) -> Vec<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let readable_by_all =
+            |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o004 != 0);
+        let mut found = Vec::new();
+        if self.database.url_has_password && readable_by_all(&self.path) {
+            found.push(format!(
+                "{}: database.url holds a password and the file is readable by every user (chmod o-r, or move the password to password_file)",
+                self.path.display()
+            ));
+        }
+        if let Some(file) = &self.database.password_file {
+            if readable_by_all(file) {
+                found.push(format!(
+                    "{}: database.password_file {} is readable by every user (chmod o-r)",
+                    self.path.display(),
+                    file.display()
+                ));
+            }
+        }
+        found
     }
 
     /// The queue called `name`.
@@ -329,14 +358,16 @@ fn validate_database(
     if !url.contains("prefer_socket") {
         builder = builder.prefer_socket(false);
     }
-    if let Some(file) = raw.password_file {
+    let url_has_password = key == "database.url" && opts.pass().is_some();
+    let password_file = raw.password_file;
+    if let Some(file) = &password_file {
         if opts.pass().is_some() {
             return Err((
                 "database.password_file".into(),
                 "the url has a password already; keep it in one place".into(),
             ));
         }
-        let text = std::fs::read_to_string(&file).map_err(|e| {
+        let text = std::fs::read_to_string(file).map_err(|e| {
             (
                 "database.password_file".to_owned(),
                 format!("cannot read {}: {e}", file.display()),
@@ -353,7 +384,12 @@ fn validate_database(
         opts.tcp_port(),
         opts.db_name().unwrap_or("")
     );
-    Ok(DatabaseSettings { opts, display })
+    Ok(DatabaseSettings {
+        url_has_password,
+        password_file,
+        opts,
+        display,
+    })
 }
 
 /// mysql_async quietly falls back to localhost for a url with no host; a config that names

@@ -40,6 +40,9 @@ pub async fn run(
 ) -> Result<(), Error> {
     let settings = Settings::load(&opts.config).or_exit(ExitCode::Config)?;
     settings.check_runnable().or_exit(ExitCode::Config)?;
+    for exposed in settings.exposed_secrets() {
+        warn!("{exposed}");
+    }
     let queues: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
     info!(
         instance = %opts.instance,
