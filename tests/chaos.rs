@@ -1,0 +1,739 @@
+//! The fault-injection run: many jobs over three queues, three instances, and for a set time
+//! kill -9s, killed claimer connections, a MariaDB restart and a frozen instance. At the end
+//! it prints a verdict and a table: no job lost, none marked done twice, and every job that
+//! ran more than once listed by cause.
+//!
+//! It restarts the MariaDB server, so plain `cargo test` skips it: `tests/chaos` runs it (the
+//! full run), `tests/chaos --short` is the shorter run CI does. `MYJOB_CHAOS_JOBS` and
+//! `MYJOB_CHAOS_SECS` set the size.
+//!
+//! How it knows what happened, without trusting myjob's own account:
+//! - the handler appends a start line and an end line per run to a file (one `write` each,
+//!   O_APPEND): job, attempt, instance, myjob's pid, batch, time, exit code;
+//! - a trigger on `myjob_jobs` records every UPDATE that leaves a row `done`, so a second
+//!   "done" for a job, even one that changes nothing, shows up;
+//! - the run keeps its own list of the faults it injected, with times and pids.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{TestDb, Worker};
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Opts};
+use nix::sys::signal::Signal;
+
+const INSTANCES: usize = 3;
+const QUEUES: [&str; 3] = ["a", "b", "c"];
+/// Queue `c` allows one attempt, so its designed failures end `failed`; `a` and `b` retry.
+const FAIL_EVERY: u64 = 50;
+const STALE_AFTER: Duration = Duration::from_secs(5);
+const KILL_EVERY: Duration = Duration::from_secs(10);
+const RESTART_AFTER: Duration = Duration::from_secs(2);
+const CONN_KILL_EVERY: Duration = Duration::from_secs(7);
+/// Longer than `stale_after`: the frozen instance's claims are old, yet alive.
+const FREEZE_FOR: Duration = Duration::from_secs(8);
+/// How long after the frozen instance resumes the MariaDB restart may begin at the earliest.
+const THAW_BEFORE_RESTART: Duration = Duration::from_secs(3);
+/// How long MariaDB stays down in its restart.
+const DB_DOWN_FOR: Duration = Duration::from_secs(3);
+
+/// The handler: records the start, sleeps 0 to 20 ms, fails attempt 1 of one job in 50, and
+/// records the end. bash, for `$EPOCHREALTIME` without a `date` process per line.
+const HANDLER: &str = r#"#!/bin/bash
+t() { echo "${EPOCHREALTIME/[.,]/}"; }
+echo "S $MYJOB_JOB_ID $MYJOB_ATTEMPT $MYJOB_INSTANCE $PPID $MYJOB_BATCH_ID $(t) -" >> DIR/runs
+printf -v d '0.%03d' $((RANDOM % 21))
+sleep "$d"
+code=0
+if [ $((MYJOB_JOB_ID % FAIL_EVERY)) -eq 0 ] && [ "$MYJOB_ATTEMPT" -eq 1 ]; then
+  echo "designed failure" >&2
+  code=1
+fi
+echo "E $MYJOB_JOB_ID $MYJOB_ATTEMPT $MYJOB_INSTANCE $PPID $MYJOB_BATCH_ID $(t) $code" >> DIR/runs
+exit $code
+"#;
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A fault the run injected.
+#[derive(Debug, Clone)]
+enum Fault {
+    /// Matched to runs by instance name and time, not pid: a handler started just before its
+    /// myjob died may see its parent as pid 1.
+    Kill {
+        instance: String,
+        at: f64,
+    },
+    ConnKill {
+        pid: u32,
+        at: f64,
+    },
+    DbRestart {
+        from: f64,
+        to: f64,
+    },
+    /// `held`: the jobs the instance had claimed when it was frozen.
+    Freeze {
+        pid: u32,
+        instance: String,
+        from: f64,
+        to: f64,
+        held: Vec<u64>,
+    },
+}
+
+/// One handler run, from the handler's own record.
+#[derive(Debug, Clone, Default)]
+struct Run {
+    attempt: u32,
+    instance: String,
+    pid: u32,
+    start: f64,
+    /// The exit code, when the run got to its end line.
+    code: Option<i32>,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "restarts MariaDB: run through tests/chaos"]
+async fn chaos() {
+    let jobs = env_or("MYJOB_CHAOS_JOBS", 50_000);
+    let secs = Duration::from_secs(env_or("MYJOB_CHAOS_SECS", 180));
+    let db = TestDb::new("chaos").await;
+    // Kept after the run (the handler's record, the instances' logs), for a look at a FAIL.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chaos");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = write_config(&db, &dir);
+    prepare(&db, jobs).await;
+    println!(
+        "chaos: {jobs} jobs over {} queues, {INSTANCES} instances x 4 slots, faults for {} s",
+        QUEUES.len(),
+        secs.as_secs()
+    );
+
+    let started = Instant::now();
+    let started_at = now();
+    let mut workers: Vec<Option<Worker>> = (0..INSTANCES)
+        .map(|i| Some(start(&dir, &config, i)))
+        .collect();
+    let faults = inject(&db, &dir, &config, &mut workers, secs).await;
+
+    // Every instance up again, then wait for the queue to empty.
+    for (i, w) in workers.iter_mut().enumerate() {
+        if w.is_none() {
+            *w = Some(start(&dir, &config, i));
+        }
+    }
+    let settle = Duration::from_secs(120 + jobs / 100);
+    let left = wait_empty(&db, settle).await;
+    let duration = started.elapsed();
+    for w in workers.iter().flatten() {
+        w.signal(Signal::SIGTERM);
+    }
+    for w in workers.iter_mut().flatten() {
+        assert_eq!(w.wait(30), Some(0), "an instance did not stop cleanly");
+    }
+
+    let verdict = judge(&db, &dir, jobs, &faults, left, started_at).await;
+    println!(
+        "the handler's record and the instances' logs: {}",
+        dir.display()
+    );
+    verdict.print(&faults, duration);
+    assert!(
+        verdict.pass(),
+        "chaos: the verdict is FAIL (see the table above)"
+    );
+}
+
+fn write_config(db: &TestDb, dir: &Path) -> PathBuf {
+    let handler = dir.join("handler.sh");
+    let script = HANDLER
+        .replace("DIR", dir.to_str().unwrap())
+        .replace("FAIL_EVERY", &FAIL_EVERY.to_string());
+    std::fs::write(&handler, script).unwrap();
+    common::chmod_x(&handler);
+    let mut text = format!(
+        "[database]\nurl = \"{url}\"\n\n\
+         [worker]\nconcurrency = 4\npoll_interval = \"200ms\"\nshutdown_timeout = \"5s\"\n\n\
+         [reaper]\ninterval = \"1s\"\nstale_after = \"{stale}s\"\n",
+        url = db.url,
+        stale = STALE_AFTER.as_secs()
+    );
+    for q in QUEUES {
+        let attempts = if q == "c" { 1 } else { 3 };
+        text += &format!(
+            "\n[[queue]]\nname = \"{q}\"\ncommand = [\"{h}\"]\nbackoff = \"1s\"\n\
+             backoff_max = \"2s\"\nmax_attempts = {attempts}\n",
+            h = handler.display()
+        );
+    }
+    let path = dir.join("myjob.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The audit trigger, then the jobs, inserted as an application would.
+async fn prepare(db: &TestDb, jobs: u64) {
+    let mut conn = db.conn().await;
+    conn.query_drop(
+        "CREATE TABLE chaos_done (job_id BIGINT UNSIGNED NOT NULL, batch_id BIGINT UNSIGNED, \
+         at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
+    )
+    .await
+    .unwrap();
+    conn.query_drop(
+        "CREATE TRIGGER chaos_done AFTER UPDATE ON myjob_jobs FOR EACH ROW \
+         IF NEW.status = 'done' THEN \
+           INSERT INTO chaos_done (job_id, batch_id) VALUES (NEW.id, NEW.batch_id); \
+         END IF",
+    )
+    .await
+    .unwrap();
+    let payload = "x".repeat(200);
+    let mut id = 0u64;
+    while id < jobs {
+        let n = (jobs - id).min(1000);
+        let rows = vec!["(?, ?)"; n as usize].join(", ");
+        let mut params: Vec<mysql_async::Value> = Vec::new();
+        for i in id..id + n {
+            params.push(QUEUES[(i % 3) as usize].into());
+            params.push(payload.as_str().into());
+        }
+        conn.exec_drop(
+            format!("INSERT INTO myjob_jobs (queue, payload) VALUES {rows}"),
+            params,
+        )
+        .await
+        .unwrap();
+        id += n;
+    }
+}
+
+fn start(dir: &Path, config: &Path, i: usize) -> Worker {
+    let name = (i + 1).to_string();
+    Worker::start_appending(config, &name, &dir.join(format!("worker-{name}.log")))
+}
+
+/// Injects faults for `secs`: kill -9 of a random instance every 10 s (restarted 2 s later),
+/// KILL CONNECTION of a random claimer every 7 s, one instance frozen (SIGSTOP) for longer
+/// than `stale_after` at 20 % of the time, and one MariaDB restart at half the time, once the
+/// frozen instance has resumed: both early, while the queue is still busy in a full run.
+async fn inject(
+    db: &TestDb,
+    dir: &Path,
+    config: &Path,
+    workers: &mut [Option<Worker>],
+    secs: Duration,
+) -> Vec<Fault> {
+    let begin = Instant::now();
+    let mut faults = Vec::new();
+    let mut next_kill = begin + KILL_EVERY / 2;
+    let mut next_conn_kill = begin + CONN_KILL_EVERY / 2;
+    let mut restarts: Vec<(Instant, usize)> = Vec::new();
+    let restart_at = begin + secs.mul_f64(0.5);
+    let mut restart: Option<tokio::task::JoinHandle<(f64, f64)>> = None;
+    let freeze_at = begin + secs.mul_f64(0.2);
+    let mut frozen: Option<(usize, Instant, f64, Vec<u64>)> = None;
+    let mut froze = false;
+
+    // Past `secs` only to end the freeze and do the one restart, if they are not done yet.
+    while begin.elapsed() < secs
+        || frozen.is_some()
+        || restart.is_some()
+        || !faults.iter().any(|f| matches!(f, Fault::DbRestart { .. }))
+    {
+        let t = Instant::now();
+        let in_time = begin.elapsed() < secs;
+        let frozen_i = frozen.as_ref().map(|f| f.0);
+
+        if in_time && t >= next_kill {
+            next_kill += KILL_EVERY;
+            let alive: Vec<usize> = (0..workers.len())
+                .filter(|&i| workers[i].is_some() && Some(i) != frozen_i)
+                .collect();
+            if let Some(&i) = pick(&alive) {
+                let mut w = workers[i].take().unwrap();
+                w.signal(Signal::SIGKILL);
+                w.wait(10);
+                faults.push(Fault::Kill {
+                    instance: (i + 1).to_string(),
+                    at: now(),
+                });
+                restarts.push((t + RESTART_AFTER, i));
+            }
+        }
+        restarts.retain(|&(when, i)| {
+            if t >= when {
+                workers[i] = Some(start(dir, config, i));
+                false
+            } else {
+                true
+            }
+        });
+
+        if in_time && t >= next_conn_kill && restart.is_none() {
+            next_conn_kill += CONN_KILL_EVERY;
+            let frozen_pid = frozen_i
+                .and_then(|i| workers[i].as_ref())
+                .map(|w| w.pid() as u32);
+            if let Some(f) = kill_a_claimer(db, frozen_pid).await {
+                faults.push(f);
+            }
+        }
+
+        // Never while an instance is frozen, nor just after: a restart breaks its connection,
+        // and its claims may then rightly be taken; the freeze tests a live connection.
+        let thawed_for = faults.iter().find_map(|f| match f {
+            Fault::Freeze { to, .. } => Some(now() - to),
+            _ => None,
+        });
+        if t >= restart_at
+            && thawed_for.is_some_and(|s| s >= THAW_BEFORE_RESTART.as_secs_f64())
+            && restart.is_none()
+            && !faults.iter().any(|f| matches!(f, Fault::DbRestart { .. }))
+        {
+            restart = Some(tokio::spawn(restart_mariadb()));
+            // Marks that the restart has begun; replaced by the real window when it ends.
+            faults.push(Fault::DbRestart {
+                from: now(),
+                to: f64::MAX,
+            });
+        }
+        if restart.as_ref().is_some_and(|h| h.is_finished()) {
+            let (from, to) = restart.take().unwrap().await.unwrap();
+            for f in &mut faults {
+                if let Fault::DbRestart { from: a, to: b } = f {
+                    (*a, *b) = (from, to);
+                }
+            }
+        }
+
+        if t >= freeze_at && !froze {
+            let alive: Vec<usize> = (0..workers.len())
+                .filter(|&i| workers[i].is_some())
+                .collect();
+            // The instance holding the most claims, so that the freeze has something to test.
+            let mut most = None;
+            for &i in &alive {
+                let n = claims_of(db, workers[i].as_ref().unwrap().pid() as u32)
+                    .await
+                    .len();
+                if most.is_none_or(|(_, m)| n > m) {
+                    most = Some((i, n));
+                }
+            }
+            if let Some((i, _)) = most {
+                let w = workers[i].as_ref().unwrap();
+                w.signal(Signal::SIGSTOP);
+                let held = claims_of(db, w.pid() as u32).await;
+                frozen = Some((i, t + FREEZE_FOR, now(), held));
+                froze = true;
+            }
+        }
+        if frozen.as_ref().is_some_and(|f| t >= f.1) {
+            let (i, _, from, held) = frozen.take().unwrap();
+            let w = workers[i].as_ref().unwrap();
+            w.signal(Signal::SIGCONT);
+            faults.push(Fault::Freeze {
+                pid: w.pid() as u32,
+                instance: (i + 1).to_string(),
+                from,
+                to: now(),
+                held,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (_, i) in restarts {
+        workers[i] = Some(start(dir, config, i));
+    }
+    faults
+}
+
+fn pick<T>(items: &[T]) -> Option<&T> {
+    if items.is_empty() {
+        None
+    } else {
+        items.get(rand::random::<u64>() as usize % items.len())
+    }
+}
+
+async fn try_conn(db: &TestDb) -> Option<Conn> {
+    let opts = Opts::from_url(&db.url).unwrap();
+    tokio::time::timeout(Duration::from_secs(2), Conn::new(opts))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// KILL CONNECTION of one live claimer connection, picked among those holding claims. The
+/// frozen instance is left alone: its claims must survive for another reason.
+async fn kill_a_claimer(db: &TestDb, frozen_pid: Option<u32>) -> Option<Fault> {
+    let mut conn = try_conn(db).await?;
+    let owners: Vec<(u64, String)> = conn
+        .query(
+            "SELECT DISTINCT owner_conn, worker FROM myjob_jobs WHERE status = 'claimed' \
+             AND owner_conn IN (SELECT ID FROM information_schema.PROCESSLIST)",
+        )
+        .await
+        .ok()?;
+    let owners: Vec<(u64, u32)> = owners
+        .into_iter()
+        .filter_map(|(c, w)| Some((c, w.rsplit(':').nth(1)?.parse().ok()?)))
+        .filter(|&(_, pid)| Some(pid) != frozen_pid)
+        .collect();
+    let &(id, pid) = pick(&owners)?;
+    conn.query_drop(format!("KILL CONNECTION {id}"))
+        .await
+        .ok()?;
+    let _ = conn.disconnect().await;
+    Some(Fault::ConnKill { pid, at: now() })
+}
+
+/// The jobs claimed by the instance with process id `pid`.
+async fn claims_of(db: &TestDb, pid: u32) -> Vec<u64> {
+    let Some(mut conn) = try_conn(db).await else {
+        return Vec::new();
+    };
+    conn.exec(
+        "SELECT id FROM myjob_jobs WHERE status = 'claimed' AND worker LIKE ?",
+        (format!("%:{pid}:%"),),
+    )
+    .await
+    .unwrap_or_default()
+}
+
+/// Shuts MariaDB down, keeps it down a few seconds, and starts it again with the same script
+/// the suite uses. Returns the window (Unix seconds) in which it was away.
+async fn restart_mariadb() -> (f64, f64) {
+    let from = now();
+    let mut root = Conn::new(Opts::from_url(&common::server_url()).unwrap())
+        .await
+        .unwrap();
+    let _ = root.query_drop("SHUTDOWN").await;
+    drop(root);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The port closes at the start of a shutdown, the process ends seconds later (InnoDB
+    // writes its buffers): a start before then finds it still running and does nothing.
+    let running = || {
+        std::process::Command::new("pidof")
+            .arg("mariadbd")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    while running() {
+        assert!(Instant::now() < deadline, "MariaDB did not shut down");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(DB_DOWN_FOR).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mariadb-up.sh");
+    let up = tokio::process::Command::new(script)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .await
+        .unwrap();
+    assert!(
+        up.success(),
+        "tests/mariadb-up.sh could not start MariaDB again"
+    );
+    (from, now())
+}
+
+/// Waits until no job is pending or claimed; returns how many still were at the deadline.
+async fn wait_empty(db: &TestDb, limit: Duration) -> u64 {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(mut conn) = try_conn(db).await {
+            let left: Option<u64> = conn
+                .query_first(
+                    "SELECT COUNT(*) FROM myjob_jobs WHERE status IN ('pending', 'claimed')",
+                )
+                .await
+                .ok()
+                .flatten();
+            let _ = conn.disconnect().await;
+            if left == Some(0) || (Instant::now() >= deadline && left.is_some()) {
+                return left.unwrap();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+struct Verdict {
+    jobs: u64,
+    done: u64,
+    failed: u64,
+    /// Pending or claimed at the end, or missing.
+    lost: u64,
+    /// Failed although not a designed failure.
+    failed_unexpectedly: Vec<u64>,
+    double_done: Vec<u64>,
+    /// Done, yet no run of the handler ended with exit 0.
+    done_unrun: Vec<u64>,
+    /// Jobs that ran more than their design says, by the cause of the extra run.
+    reruns: BTreeMap<&'static str, Vec<u64>>,
+    /// Seconds from the start until the last job finished.
+    busy: f64,
+    /// Jobs claimed by the frozen instance when it was frozen.
+    frozen_jobs: usize,
+    /// Of those, the ones that ran elsewhere although their instance was not killed later.
+    frozen_lost: Vec<u64>,
+}
+
+impl Verdict {
+    fn pass(&self) -> bool {
+        self.lost == 0
+            && self.double_done.is_empty()
+            && self.failed_unexpectedly.is_empty()
+            && self.done_unrun.is_empty()
+            && !self.reruns.contains_key(UNEXPLAINED)
+            && !self.reruns.contains_key(FROZEN)
+            && self.frozen_lost.is_empty()
+    }
+
+    fn print(&self, faults: &[Fault], duration: Duration) {
+        let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count();
+        let reruns: usize = self.reruns.values().map(Vec::len).sum();
+        println!(
+            "faults: {} kill -9, {} KILL CONNECTION, {} MariaDB restart, {} freeze of {} s (stale_after {} s; the frozen instance held {} claims)",
+            count(|f| matches!(f, Fault::Kill { .. })),
+            count(|f| matches!(f, Fault::ConnKill { .. })),
+            count(|f| matches!(f, Fault::DbRestart { .. })),
+            count(|f| matches!(f, Fault::Freeze { .. })),
+            FREEZE_FOR.as_secs(),
+            STALE_AFTER.as_secs(),
+            self.frozen_jobs,
+        );
+        println!();
+        println!(
+            "| jobs | done | failed | lost | double-done | re-run | last job done | duration |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {:.0} s | {:.0} s |",
+            self.jobs,
+            self.done,
+            self.failed,
+            self.lost,
+            self.double_done.len(),
+            reruns,
+            self.busy,
+            duration.as_secs_f64()
+        );
+        println!();
+        println!("| re-run cause | jobs |");
+        println!("|---|---:|");
+        for (cause, ids) in &self.reruns {
+            println!("| {cause} | {} |", ids.len());
+        }
+        if self.reruns.is_empty() {
+            println!("| (none) | 0 |");
+        }
+        println!();
+        let show = |what: &str, ids: &[u64]| {
+            if !ids.is_empty() {
+                let some: Vec<String> = ids.iter().take(20).map(u64::to_string).collect();
+                println!("{what}: {} (e.g. {})", ids.len(), some.join(", "));
+            }
+        };
+        show("double-done jobs", &self.double_done);
+        show(
+            "failed without a designed failure",
+            &self.failed_unexpectedly,
+        );
+        show("done without a successful run", &self.done_unrun);
+        show("taken from the frozen instance", &self.frozen_lost);
+        for cause in [UNEXPLAINED, FROZEN] {
+            show(cause, self.reruns.get(cause).map_or(&[][..], Vec::as_slice));
+        }
+        println!("verdict: {}", if self.pass() { "PASS" } else { "FAIL" });
+    }
+}
+
+const KILLED: &str = "in flight when its instance was killed (kill -9)";
+const CONN_KILLED: &str = "in flight when its claimer connection was killed";
+const DB_RESTARTED: &str = "in flight when MariaDB restarted";
+const FROZEN: &str = "reaped while its instance was frozen (a bug)";
+const UNEXPLAINED: &str = "no fault explains it (a bug)";
+/// Worst first.
+const CAUSES: [&str; 5] = [UNEXPLAINED, FROZEN, KILLED, CONN_KILLED, DB_RESTARTED];
+
+async fn judge(
+    db: &TestDb,
+    dir: &Path,
+    jobs: u64,
+    faults: &[Fault],
+    left: u64,
+    started: f64,
+) -> Verdict {
+    let mut conn = db.conn().await;
+    let rows: Vec<(u64, String, String)> = conn
+        .query("SELECT id, queue, status FROM myjob_jobs")
+        .await
+        .unwrap();
+    let double_done: Vec<u64> = conn
+        .query("SELECT job_id FROM chaos_done GROUP BY job_id HAVING COUNT(*) > 1 ORDER BY job_id")
+        .await
+        .unwrap();
+    let designed = |id: u64| id % FAIL_EVERY == 0;
+    let mut v = Verdict {
+        jobs,
+        done: 0,
+        failed: 0,
+        lost: jobs.saturating_sub(rows.len() as u64).max(left),
+        failed_unexpectedly: Vec::new(),
+        double_done,
+        done_unrun: Vec::new(),
+        reruns: BTreeMap::new(),
+        frozen_jobs: 0,
+        frozen_lost: Vec::new(),
+        busy: 0.0,
+    };
+    let last: Option<f64> = conn
+        .query_first("SELECT CAST(UNIX_TIMESTAMP(MAX(finished_at)) AS DOUBLE) FROM myjob_jobs")
+        .await
+        .unwrap()
+        .flatten();
+    v.busy = last.map_or(0.0, |t| t - started);
+    let runs = read_runs(&dir.join("runs"));
+    for (id, queue, status) in &rows {
+        let succeeded = runs
+            .get(id)
+            .is_some_and(|r| r.iter().any(|r| r.code == Some(0)));
+        match status.as_str() {
+            "done" => {
+                v.done += 1;
+                if !succeeded {
+                    v.done_unrun.push(*id);
+                }
+            }
+            "failed" => {
+                v.failed += 1;
+                if !(designed(*id) && queue == "c") {
+                    v.failed_unexpectedly.push(*id);
+                }
+            }
+            _ => v.lost += u64::from(left == 0),
+        }
+    }
+
+    // Whether instance `name` was killed between `from` and `to`.
+    let killed = |name: &str, from: f64, to: f64| {
+        faults.iter().any(|f| {
+            matches!(f, Fault::Kill { instance, at } if instance == name && *at >= from && *at <= to)
+        })
+    };
+    let freeze = faults.iter().find_map(|f| match f {
+        Fault::Freeze {
+            pid,
+            instance,
+            from,
+            to,
+            held,
+        } => Some((*pid, instance.as_str(), *from, *to, held)),
+        _ => None,
+    });
+    if let Some((pid, instance, from, _, held)) = freeze {
+        // Its claims were old, yet alive: each must have run on it, and only there, unless
+        // the instance was killed later.
+        v.frozen_jobs = held.len();
+        if !killed(instance, from, f64::MAX) {
+            for id in held {
+                let list = runs.get(id).map_or(&[][..], Vec::as_slice);
+                let here = list.iter().any(|r| r.pid == pid);
+                // A designed failure's retry may run anywhere.
+                let elsewhere = list
+                    .iter()
+                    .any(|r| r.pid != pid && r.start >= from && !(designed(*id) && r.attempt >= 2));
+                if !here || elsewhere {
+                    v.frozen_lost.push(*id);
+                }
+            }
+        }
+    }
+    let freeze = freeze.map(|(pid, _, from, to, _)| (pid, from, to));
+    for (id, runs) in &runs {
+        // Every run but the last was superseded by a later one: why?
+        let mut cause: Option<&'static str> = None;
+        for pair in runs.windows(2) {
+            let (r, next) = (&pair[0], &pair[1]);
+            if designed(*id) && r.attempt == 1 && r.code == Some(1) {
+                continue;
+            }
+            let window = |at: f64| at >= r.start - STALE_AFTER.as_secs_f64() && at <= next.start;
+            let c = if killed(&r.instance, r.start - 1.0, next.start) {
+                KILLED
+            } else if faults.iter().any(|f| matches!(f, Fault::DbRestart { from, to } if *from <= next.start && *to >= r.start - STALE_AFTER.as_secs_f64())) {
+                DB_RESTARTED
+            } else if faults.iter().any(|f| matches!(f, Fault::ConnKill { pid, at, .. } if *pid == r.pid && window(*at))) {
+                CONN_KILLED
+            } else if freeze.is_some_and(|(pid, from, to)| pid == r.pid && from <= next.start && to >= r.start) {
+                FROZEN
+            } else {
+                UNEXPLAINED
+            };
+            // A job with several extra runs is listed under the worst of their causes.
+            let rank = |c: &str| CAUSES.iter().position(|x| *x == c);
+            cause = Some(cause.map_or(c, |old| if rank(c) < rank(old) { c } else { old }));
+        }
+        if let Some(c) = cause {
+            v.reruns.entry(c).or_default().push(*id);
+        }
+    }
+    v
+}
+
+/// The handler's record, by job: runs in start order, each with its exit code if it ended.
+fn read_runs(path: &Path) -> HashMap<u64, Vec<Run>> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // (job, attempt, pid, batch) → run
+    let mut by_key: HashMap<(u64, u32, u32, u64), Run> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let [kind, job, attempt, instance, pid, batch, micros, code] = f[..] else {
+            panic!("a torn line in the handler's record: {line:?}");
+        };
+        let key = (
+            job.parse().unwrap(),
+            attempt.parse().unwrap(),
+            pid.parse().unwrap(),
+            batch.parse().unwrap(),
+        );
+        let run = by_key.entry(key).or_insert_with(|| Run {
+            attempt: key.1,
+            instance: instance.to_owned(),
+            pid: key.2,
+            ..Run::default()
+        });
+        match kind {
+            "S" => run.start = micros.parse::<f64>().unwrap() / 1e6,
+            _ => run.code = Some(code.parse().unwrap()),
+        }
+    }
+    let mut runs: HashMap<u64, Vec<Run>> = HashMap::new();
+    for ((job, ..), run) in by_key {
+        runs.entry(job).or_default().push(run);
+    }
+    for list in runs.values_mut() {
+        list.sort_by(|a, b| a.start.total_cmp(&b.start));
+    }
+    runs
+}
