@@ -118,40 +118,53 @@ async fn chaos() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chaos");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let config = write_config(&db, &dir);
+    let systemd = std::env::var_os("MYJOB_CHAOS_SYSTEMD").map(PathBuf::from);
+    let work = match &systemd {
+        Some(root) => Work::under(root, "/var/lib/myjob-chaos"),
+        None => Work::under(Path::new("/"), dir.to_str().unwrap()),
+    };
+    write_handler(&work);
+    let config = config_text(&db, &work);
     prepare(&db, jobs).await;
     println!(
-        "chaos: {jobs} jobs over {} queues, {INSTANCES} instances x 4 slots, faults for {} s",
+        "chaos: {jobs} jobs over {} queues, {INSTANCES} instances x 4 slots as {}, faults for {} s",
         QUEUES.len(),
+        if systemd.is_some() {
+            "the units myjob@1..3 of a real systemd"
+        } else {
+            "separate processes"
+        },
         secs.as_secs()
     );
 
     let started = Instant::now();
     let started_at = now();
-    let mut workers: Vec<Option<Worker>> = (0..INSTANCES)
-        .map(|i| Some(start(&dir, &config, i)))
-        .collect();
-    let faults = inject(&db, &dir, &config, &mut workers, secs).await;
+    let mut fleet = match &systemd {
+        Some(root) => Fleet::units(root, &config),
+        None => Fleet::processes(&dir, &config),
+    };
+    let faults = inject(&db, &mut fleet, secs).await;
 
     // Every instance up again, then wait for the queue to empty.
-    for (i, w) in workers.iter_mut().enumerate() {
-        if w.is_none() {
-            *w = Some(start(&dir, &config, i));
-        }
-    }
+    fleet.all_up().await;
     let settle = Duration::from_secs(120 + jobs / 100);
     let left = wait_empty(&db, settle).await;
     let duration = started.elapsed();
-    for w in workers.iter().flatten() {
-        w.signal(Signal::SIGTERM);
-    }
-    for w in workers.iter_mut().flatten() {
-        assert_eq!(w.wait(30), Some(0), "an instance did not stop cleanly");
-    }
+    let restarts = fleet.stop(&dir, started_at);
 
-    let verdict = judge(&db, &dir, jobs, &faults, left, started_at).await;
+    let mut verdict = judge(
+        &db,
+        &work.host.join("runs"),
+        jobs,
+        &faults,
+        left,
+        started_at,
+    )
+    .await;
+    verdict.systemd_restarts = restarts;
     println!(
-        "the handler's record and the instances' logs: {}",
+        "the handler's record: {}; the instances' logs: {}",
+        work.host.join("runs").display(),
         dir.display()
     );
     verdict.print(&faults, duration);
@@ -161,13 +174,33 @@ async fn chaos() {
     );
 }
 
-fn write_config(db: &TestDb, dir: &Path) -> PathBuf {
-    let handler = dir.join("handler.sh");
+/// The directory of the handler and its record, as the test sees it and as the instances do
+/// (under systemd they live in the container's root).
+struct Work {
+    host: PathBuf,
+    inside: PathBuf,
+}
+
+impl Work {
+    fn under(root: &Path, inside: &str) -> Work {
+        Work {
+            host: root.join(inside.trim_start_matches('/')),
+            inside: PathBuf::from(inside),
+        }
+    }
+}
+
+fn write_handler(work: &Work) {
+    let _ = std::fs::remove_file(work.host.join("runs"));
+    let handler = work.host.join("handler.sh");
     let script = HANDLER
-        .replace("DIR", dir.to_str().unwrap())
+        .replace("DIR", work.inside.to_str().unwrap())
         .replace("FAIL_EVERY", &FAIL_EVERY.to_string());
     std::fs::write(&handler, script).unwrap();
     common::chmod_x(&handler);
+}
+
+fn config_text(db: &TestDb, work: &Work) -> String {
     let mut text = format!(
         "[database]\nurl = \"{url}\"\n\n\
          [worker]\nconcurrency = 4\npoll_interval = \"200ms\"\nshutdown_timeout = \"5s\"\n\n\
@@ -180,12 +213,10 @@ fn write_config(db: &TestDb, dir: &Path) -> PathBuf {
         text += &format!(
             "\n[[queue]]\nname = \"{q}\"\ncommand = [\"{h}\"]\nbackoff = \"1s\"\n\
              backoff_max = \"2s\"\nmax_attempts = {attempts}\n",
-            h = handler.display()
+            h = work.inside.join("handler.sh").display()
         );
     }
-    let path = dir.join("myjob.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    text
 }
 
 /// The audit trigger, then the jobs, inserted as an application would.
@@ -225,31 +256,243 @@ async fn prepare(db: &TestDb, jobs: u64) {
     }
 }
 
-fn start(dir: &Path, config: &Path, i: usize) -> Worker {
-    let name = (i + 1).to_string();
-    Worker::start_appending(config, &name, &dir.join(format!("worker-{name}.log")))
+/// The instances under test: separate `myjob run` processes, or the units `myjob@1..3` of the
+/// real systemd booted by tests/systemd/boot-systemd.sh. Under systemd a kill -9 is
+/// `systemctl kill` of the main process, the restart is the unit's own (Restart=on-failure,
+/// RestartSec=2), and KillMode=mixed decides what happens to the killed instance's handlers.
+enum Fleet {
+    Processes {
+        config: PathBuf,
+        logs: PathBuf,
+        workers: Vec<Option<Worker>>,
+        /// Killed instances, and when to start them again.
+        restarts: Vec<(Instant, usize)>,
+    },
+    Units {
+        /// Each unit's NRestarts before the run.
+        restarts_before: Vec<u64>,
+    },
+}
+
+impl Fleet {
+    fn processes(dir: &Path, config: &str) -> Fleet {
+        let path = dir.join("myjob.toml");
+        std::fs::write(&path, config).unwrap();
+        let logs = dir.to_owned();
+        let workers = (0..INSTANCES)
+            .map(|i| Some(Self::start(&path, &logs, i)))
+            .collect();
+        Fleet::Processes {
+            config: path,
+            logs,
+            workers,
+            restarts: Vec::new(),
+        }
+    }
+
+    /// Installs the config as /etc/myjob/myjob.toml (root:myjob 0640, as the README says) and
+    /// starts the units. tests/chaos has installed the binary, the unit and the user.
+    fn units(root: &Path, config: &str) -> Fleet {
+        std::fs::write(root.join("etc/myjob/myjob.toml"), config).unwrap();
+        sd(&["chown", "root:myjob", "/etc/myjob/myjob.toml"]);
+        sd(&["chmod", "640", "/etc/myjob/myjob.toml"]);
+        let units: Vec<String> = (0..INSTANCES).map(unit).collect();
+        let restarts_before = units.iter().map(|u| n_restarts(u)).collect();
+        let mut start = vec!["systemctl", "start"];
+        start.extend(units.iter().map(String::as_str));
+        let out = sd(&start);
+        assert!(out.status.success(), "systemctl start failed: {out:?}");
+        Fleet::Units { restarts_before }
+    }
+
+    fn start(config: &Path, logs: &Path, i: usize) -> Worker {
+        let name = (i + 1).to_string();
+        Worker::start_appending(config, &name, &logs.join(format!("worker-{name}.log")))
+    }
+
+    /// The process id of instance `i` while it runs, as its handlers and the `worker` column
+    /// see it (under systemd: in the container's PID namespace).
+    fn pid(&self, i: usize) -> Option<u32> {
+        match self {
+            Fleet::Processes { workers, .. } => workers[i].as_ref().map(|w| w.pid() as u32),
+            Fleet::Units { .. } => {
+                let show = sd(&[
+                    "systemctl",
+                    "show",
+                    "-p",
+                    "ActiveState",
+                    "-p",
+                    "MainPID",
+                    &unit(i),
+                ]);
+                let show = String::from_utf8_lossy(&show.stdout).into_owned();
+                let prop = |name: &str| {
+                    show.lines()
+                        .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                let pid: u32 = prop("MainPID").parse().unwrap_or(0);
+                (prop("ActiveState") == "active" && pid != 0).then_some(pid)
+            }
+        }
+    }
+
+    /// kill -9 of instance `i`: a process is started again `RESTART_AFTER` later by
+    /// [`Fleet::tick`], a unit by systemd.
+    fn kill(&mut self, i: usize) {
+        match self {
+            Fleet::Processes {
+                workers, restarts, ..
+            } => {
+                let mut w = workers[i].take().unwrap();
+                w.signal(Signal::SIGKILL);
+                w.wait(10);
+                restarts.push((Instant::now() + RESTART_AFTER, i));
+            }
+            Fleet::Units { .. } => self.signal(i, Signal::SIGKILL),
+        }
+    }
+
+    /// Sends `sig` to instance `i`'s myjob process only.
+    fn signal(&self, i: usize, sig: Signal) {
+        match self {
+            Fleet::Processes { workers, .. } => workers[i].as_ref().unwrap().signal(sig),
+            Fleet::Units { .. } => {
+                let out = sd(&[
+                    "systemctl",
+                    "kill",
+                    "--kill-who=main",
+                    &format!("--signal={}", sig.as_str()),
+                    &unit(i),
+                ]);
+                assert!(out.status.success(), "systemctl kill failed: {out:?}");
+            }
+        }
+    }
+
+    /// Starts the killed processes whose time has come.
+    fn tick(&mut self) {
+        if let Fleet::Processes {
+            config,
+            logs,
+            workers,
+            restarts,
+        } = self
+        {
+            let now = Instant::now();
+            restarts.retain(|&(when, i)| {
+                if now >= when {
+                    workers[i] = Some(Self::start(config, logs, i));
+                }
+                now < when
+            });
+        }
+    }
+
+    /// Every instance running again.
+    async fn all_up(&mut self) {
+        if let Fleet::Processes {
+            config,
+            logs,
+            workers,
+            restarts,
+        } = self
+        {
+            for (_, i) in restarts.drain(..) {
+                workers[i] = Some(Self::start(config, logs, i));
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (0..INSTANCES).any(|i| self.pid(i).is_none()) {
+            assert!(Instant::now() < deadline, "an instance did not come back");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops every instance, which must stop cleanly. Under systemd, copies each unit's
+    /// journal since `since` into `logs` and returns how often systemd restarted the units.
+    fn stop(self, logs: &Path, since: f64) -> Option<u64> {
+        match self {
+            Fleet::Processes { mut workers, .. } => {
+                for w in workers.iter().flatten() {
+                    w.signal(Signal::SIGTERM);
+                }
+                for w in workers.iter_mut().flatten() {
+                    assert_eq!(w.wait(30), Some(0), "an instance did not stop cleanly");
+                }
+                None
+            }
+            Fleet::Units { restarts_before } => {
+                let units: Vec<String> = (0..INSTANCES).map(unit).collect();
+                // Read before the stop, which sets it back to 0.
+                let restarts = units
+                    .iter()
+                    .zip(restarts_before)
+                    .map(|(u, before)| n_restarts(u) - before)
+                    .sum();
+                let mut stop = vec!["systemctl", "stop"];
+                stop.extend(units.iter().map(String::as_str));
+                assert!(sd(&stop).status.success(), "systemctl stop failed");
+                for u in &units {
+                    let since = format!("--since=@{}", since as u64);
+                    let journal = sd(&[
+                        "journalctl",
+                        "-u",
+                        u,
+                        &since,
+                        "--no-pager",
+                        "-o",
+                        "short-precise",
+                    ]);
+                    std::fs::write(logs.join(format!("{u}.log")), journal.stdout).unwrap();
+                    let result = sd(&["systemctl", "show", "-p", "Result", "--value", u]);
+                    assert_eq!(
+                        String::from_utf8_lossy(&result.stdout).trim(),
+                        "success",
+                        "{u} did not stop cleanly"
+                    );
+                }
+                Some(restarts)
+            }
+        }
+    }
+}
+
+fn unit(i: usize) -> String {
+    format!("myjob@{}", i + 1)
+}
+
+fn n_restarts(unit: &str) -> u64 {
+    let out = sd(&["systemctl", "show", "-p", "NRestarts", "--value", unit]);
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// A command inside the systemd container (tests/systemd/run-in-systemd.sh).
+fn sd(args: &[&str]) -> std::process::Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/systemd/run-in-systemd.sh");
+    std::process::Command::new(script)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// Injects faults for `secs`: kill -9 of a random instance every 10 s (restarted 2 s later),
 /// KILL CONNECTION of a random claimer every 7 s, one instance frozen (SIGSTOP) for longer
 /// than `stale_after` at 20 % of the time, and one MariaDB restart at half the time, once the
 /// frozen instance has resumed: both early, while the queue is still busy in a full run.
-async fn inject(
-    db: &TestDb,
-    dir: &Path,
-    config: &Path,
-    workers: &mut [Option<Worker>],
-    secs: Duration,
-) -> Vec<Fault> {
+async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
     let begin = Instant::now();
     let mut faults = Vec::new();
     let mut next_kill = begin + KILL_EVERY / 2;
     let mut next_conn_kill = begin + CONN_KILL_EVERY / 2;
-    let mut restarts: Vec<(Instant, usize)> = Vec::new();
     let restart_at = begin + secs.mul_f64(0.5);
     let mut restart: Option<tokio::task::JoinHandle<(f64, f64)>> = None;
     let freeze_at = begin + secs.mul_f64(0.2);
-    let mut frozen: Option<(usize, Instant, f64, Vec<u64>)> = None;
+    let mut frozen: Option<(usize, u32, Instant, f64, Vec<u64>)> = None;
     let mut froze = false;
 
     // Past `secs` only to end the freeze and do the one restart, if they are not done yet.
@@ -264,34 +507,22 @@ async fn inject(
 
         if in_time && t >= next_kill {
             next_kill += KILL_EVERY;
-            let alive: Vec<usize> = (0..workers.len())
-                .filter(|&i| workers[i].is_some() && Some(i) != frozen_i)
+            let alive: Vec<usize> = (0..INSTANCES)
+                .filter(|&i| fleet.pid(i).is_some() && Some(i) != frozen_i)
                 .collect();
             if let Some(&i) = pick(&alive) {
-                let mut w = workers[i].take().unwrap();
-                w.signal(Signal::SIGKILL);
-                w.wait(10);
+                fleet.kill(i);
                 faults.push(Fault::Kill {
                     instance: (i + 1).to_string(),
                     at: now(),
                 });
-                restarts.push((t + RESTART_AFTER, i));
             }
         }
-        restarts.retain(|&(when, i)| {
-            if t >= when {
-                workers[i] = Some(start(dir, config, i));
-                false
-            } else {
-                true
-            }
-        });
+        fleet.tick();
 
         if in_time && t >= next_conn_kill && restart.is_none() {
             next_conn_kill += CONN_KILL_EVERY;
-            let frozen_pid = frozen_i
-                .and_then(|i| workers[i].as_ref())
-                .map(|w| w.pid() as u32);
+            let frozen_pid = frozen.as_ref().map(|f| f.1);
             if let Some(f) = kill_a_claimer(db, frozen_pid).await {
                 faults.push(f);
             }
@@ -325,33 +556,27 @@ async fn inject(
         }
 
         if t >= freeze_at && !froze {
-            let alive: Vec<usize> = (0..workers.len())
-                .filter(|&i| workers[i].is_some())
-                .collect();
             // The instance holding the most claims, so that the freeze has something to test.
-            let mut most = None;
-            for &i in &alive {
-                let n = claims_of(db, workers[i].as_ref().unwrap().pid() as u32)
-                    .await
-                    .len();
-                if most.is_none_or(|(_, m)| n > m) {
-                    most = Some((i, n));
+            let mut most: Option<(usize, u32, usize)> = None;
+            for i in 0..INSTANCES {
+                let Some(pid) = fleet.pid(i) else { continue };
+                let n = claims_of(db, pid).await.len();
+                if most.is_none_or(|(.., m)| n > m) {
+                    most = Some((i, pid, n));
                 }
             }
-            if let Some((i, _)) = most {
-                let w = workers[i].as_ref().unwrap();
-                w.signal(Signal::SIGSTOP);
-                let held = claims_of(db, w.pid() as u32).await;
-                frozen = Some((i, t + FREEZE_FOR, now(), held));
+            if let Some((i, pid, _)) = most {
+                fleet.signal(i, Signal::SIGSTOP);
+                let held = claims_of(db, pid).await;
+                frozen = Some((i, pid, t + FREEZE_FOR, now(), held));
                 froze = true;
             }
         }
-        if frozen.as_ref().is_some_and(|f| t >= f.1) {
-            let (i, _, from, held) = frozen.take().unwrap();
-            let w = workers[i].as_ref().unwrap();
-            w.signal(Signal::SIGCONT);
+        if frozen.as_ref().is_some_and(|f| t >= f.2) {
+            let (i, pid, _, from, held) = frozen.take().unwrap();
+            fleet.signal(i, Signal::SIGCONT);
             faults.push(Fault::Freeze {
-                pid: w.pid() as u32,
+                pid,
                 instance: (i + 1).to_string(),
                 from,
                 to: now(),
@@ -359,9 +584,6 @@ async fn inject(
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for (_, i) in restarts {
-        workers[i] = Some(start(dir, config, i));
     }
     faults
 }
@@ -496,6 +718,11 @@ struct Verdict {
     frozen_jobs: usize,
     /// Of those, the ones that ran elsewhere although their instance was not killed later.
     frozen_lost: Vec<u64>,
+    /// Handler runs with a start line and no end line: killed with their instance.
+    cut_short: usize,
+    kills: usize,
+    /// Under systemd: how often it restarted the units, which must be once per kill.
+    systemd_restarts: Option<u64>,
 }
 
 impl Verdict {
@@ -507,6 +734,7 @@ impl Verdict {
             && !self.reruns.contains_key(UNEXPLAINED)
             && !self.reruns.contains_key(FROZEN)
             && self.frozen_lost.is_empty()
+            && self.systemd_restarts.is_none_or(|n| n == self.kills as u64)
     }
 
     fn print(&self, faults: &[Fault], duration: Duration) {
@@ -564,6 +792,16 @@ impl Verdict {
         for cause in [UNEXPLAINED, FROZEN] {
             show(cause, self.reruns.get(cause).map_or(&[][..], Vec::as_slice));
         }
+        println!(
+            "handler runs cut short (no end line; killed with their instance): {}",
+            self.cut_short
+        );
+        if let Some(n) = self.systemd_restarts {
+            println!(
+                "systemd restarted the units {n} times for {} kill -9 (must be equal)",
+                self.kills
+            );
+        }
         println!("verdict: {}", if self.pass() { "PASS" } else { "FAIL" });
     }
 }
@@ -578,7 +816,7 @@ const CAUSES: [&str; 5] = [UNEXPLAINED, FROZEN, KILLED, CONN_KILLED, DB_RESTARTE
 
 async fn judge(
     db: &TestDb,
-    dir: &Path,
+    runs: &Path,
     jobs: u64,
     faults: &[Fault],
     left: u64,
@@ -606,6 +844,12 @@ async fn judge(
         frozen_jobs: 0,
         frozen_lost: Vec::new(),
         busy: 0.0,
+        cut_short: 0,
+        kills: faults
+            .iter()
+            .filter(|f| matches!(f, Fault::Kill { .. }))
+            .count(),
+        systemd_restarts: None,
     };
     let last: Option<f64> = conn
         .query_first("SELECT CAST(UNIX_TIMESTAMP(MAX(finished_at)) AS DOUBLE) FROM myjob_jobs")
@@ -613,7 +857,8 @@ async fn judge(
         .unwrap()
         .flatten();
     v.busy = last.map_or(0.0, |t| t - started);
-    let runs = read_runs(&dir.join("runs"));
+    let runs = read_runs(runs);
+    v.cut_short = runs.values().flatten().filter(|r| r.code.is_none()).count();
     for (id, queue, status) in &rows {
         let succeeded = runs
             .get(id)

@@ -34,6 +34,7 @@ mariadb -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB" || die "cannot cre
 sd systemctl stop 'myjob@*' >/dev/null 2>&1
 install -m 755 "$BIN" "$R/usr/local/bin/myjob"
 install -m 644 "$TOP/systemd/myjob@.service" "$R/etc/systemd/system/myjob@.service"
+rm -rf "$R"/etc/systemd/system/myjob@*.service.d   # a drop-in of an earlier run (the rootfs is kept)
 sd sh -c 'id myjob >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin myjob'
 install -d -m 755 "$R/usr/local/lib/myjob-e2e"
 cat > "$R/usr/local/lib/myjob-e2e/handler.sh" <<'EOF_H'
@@ -151,6 +152,7 @@ SQL "INSERT INTO myjob_jobs (queue, payload) SELECT 'default', 'after' FROM seq_
 check "jobs get done after the recovery" wait_for 30 count_is "status = 'done' AND payload = 'after'" 10
 
 sd systemctl stop myjob@2 myjob@3
+rm -rf "$R/etc/systemd/system/myjob@3.service.d"
 check "nothing left claimed or pending" count_is "status IN ('claimed', 'pending')" 0
 mariadb -e "DROP DATABASE $DB; DROP USER 'myjob_e2e'@'127.0.0.1'"
 echo "$pass passed, $fail failed"
