@@ -1,6 +1,7 @@
 //! The benchmark: `bench/run` (or `cargo bench --features bench --bench myjob -- [--smoke]
-//! [--rows-10m] [--latency-only]`). Every figure is measured next to a ceiling of this machine measured in the
-//! same run, and reported as a ratio to it; the table goes to stdout and to
+//! [--rows-10m] [--latency-only] [--cat-only]`). Every figure is measured next to a ceiling of
+//! this machine measured in the same run, and reported as a ratio to it; the table goes to
+//! stdout and to
 //! bench/results/<date>.md. Every run's jobs are real rows, verified at the end (all done,
 //! each claimed once).
 //!
@@ -27,6 +28,21 @@ struct Size {
     idle_secs: f64,
     repeats: usize,
     growth: Vec<u64>,
+}
+
+/// One throughput figure.
+struct Run {
+    rate: f64,
+    peak_kib: u64,
+    cpu: Cpu,
+}
+
+/// CPU time per job in µs: the whole machine's, myjob's (every instance) and MariaDB's.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    all: f64,
+    myjob: f64,
+    db: f64,
 }
 
 struct Bench {
@@ -94,6 +110,25 @@ impl Bench {
             }
             return;
         }
+        if std::env::args().any(|a| a == "--cat-only") {
+            // For working on item 2: the spawn ceiling, then `cat` per job at concurrency 32,
+            // with where the CPU goes.
+            let (spawn, spawn_cpu) = self.spawn_ceiling().await;
+            println!("ceiling: {spawn:.0} cat spawns/s, {spawn_cpu:.0} µs CPU per spawn");
+            for instances in [1, 2] {
+                let run = self.throughput(instances, 32, "/bin/cat").await;
+                println!(
+                    "cat, {instances} instance(s) x 32: {:.0} jobs/s = {:.2} of spawn; CPU µs per job {:.0} (myjob {:.0}, MariaDB {:.0}); spawn's / job's {:.2}",
+                    run.rate,
+                    run.rate / spawn,
+                    run.cpu.all,
+                    run.cpu.myjob,
+                    run.cpu.db,
+                    spawn_cpu / run.cpu.all
+                );
+            }
+            return;
+        }
         let started = Instant::now();
         self.line(&format!(
             "# myjob benchmark{}\n\n{} cores, {}, MariaDB {}; {} jobs of 200 bytes per throughput run; medians of {}.\n",
@@ -112,23 +147,28 @@ impl Bench {
         ));
 
         // 1. Ceilings first.
-        let spawn = self.spawn_ceiling().await;
+        let (spawn, spawn_cpu) = self.spawn_ceiling().await;
         let claim = self.claim_ceiling().await;
         self.line("| what | figure | ratio | target |\n|---|---|---|---|");
         self.line(&format!("| ceiling: `cat` spawns/s (tokio, 1 KiB stdin, best of 8/16/32 in flight) | {spawn:.0} | 1 | |"));
+        self.line(&format!("| ceiling: CPU µs per `cat` spawn, whole machine | {spawn_cpu:.0} | | |"));
         self.line(&format!("| ceiling: raw batch_id claim loop, jobs/s (claim 100 + select + batched done) | {claim:.0} | 1 | |"));
 
         // 2. Throughput with a `cat` per job, and 7. its peak RSS.
         let mut best = 0.0f64;
+        let mut best_cpu = Cpu::default();
         let mut at64 = 0.0f64;
         let mut rss64 = 0u64;
         for instances in [1, 2] {
             for concurrency in [8, 32, 64] {
-                let (rate, rss) = self.throughput(instances, concurrency, "/bin/cat").await;
-                best = best.max(rate);
+                let run = self.throughput(instances, concurrency, "/bin/cat").await;
+                let rate = run.rate;
+                if rate > best {
+                    (best, best_cpu) = (rate, run.cpu);
+                }
                 if concurrency == 64 {
                     at64 = at64.max(rate);
-                    rss64 = rss64.max(rss);
+                    rss64 = rss64.max(run.peak_kib);
                 }
                 self.line(&format!(
                     "| `cat` per job: {instances} instance(s) × concurrency {concurrency}, jobs/s | {rate:.0} | {:.2} of spawn | |",
@@ -141,6 +181,15 @@ impl Bench {
             best / spawn,
             mark(best / spawn >= 0.90)
         ));
+        // On a machine the spawns keep busy, jobs/s over spawns/s is about the CPU of a spawn
+        // over the CPU of a job: what myjob and the server add per job is what the ratio loses.
+        self.line(&format!(
+            "| `cat` per job: best, CPU µs per job, whole machine (of it myjob / MariaDB) | {:.0} ({:.0} / {:.0}) | {:.2} = spawn's CPU / job's | |",
+            best_cpu.all,
+            best_cpu.myjob,
+            best_cpu.db,
+            spawn_cpu / best_cpu.all
+        ));
         self.line(&format!(
             "| `cat` per job: concurrency 64 | {at64:.0} | {:.2} of spawn | ≥ 0.80 {} |",
             at64 / spawn,
@@ -150,7 +199,7 @@ impl Bench {
         // 3. The queue's own cost: the no-op handler.
         let mut core = Vec::new();
         for concurrency in [8, 32, 64] {
-            let (rate, _) = self.throughput(1, concurrency, "myjob:noop").await;
+            let rate = self.throughput(1, concurrency, "myjob:noop").await.rate;
             core.push(rate);
             self.line(&format!(
                 "| no-op handler: 1 instance × concurrency {concurrency}, jobs/s | {rate:.0} | {:.2} of claim | ≥ 0.50 {} |",
@@ -295,14 +344,23 @@ impl Bench {
 
     /// How many `cat` processes per second tokio spawns and reaps, each fed 1 KiB on stdin
     /// with stdout to /dev/null: the best median over 8, 16 and 32 in flight.
-    async fn spawn_ceiling(&self) -> f64 {
-        let mut best = 0.0f64;
+    /// The best of 8, 16 and 32 in flight (each the median of `repeats`), and the machine's
+    /// CPU per spawn there, in µs.
+    async fn spawn_ceiling(&self) -> (f64, f64) {
+        let mut best = (0.0f64, 0.0f64);
         for inflight in [8, 16, 32] {
             let mut rates = Vec::new();
+            let mut cpu = Vec::new();
             for _ in 0..self.size.repeats {
-                rates.push(spawn_rate(inflight, self.size.spawn_secs).await);
+                let busy = busy_ticks();
+                let (n, secs) = spawn_rate(inflight, self.size.spawn_secs).await;
+                cpu.push(ticks_us(busy_ticks() - busy) / n as f64);
+                rates.push(n as f64 / secs);
             }
-            best = best.max(median(rates));
+            let rate = median(rates);
+            if rate > best.0 {
+                best = (rate, median(cpu));
+            }
         }
         best
     }
@@ -383,18 +441,27 @@ impl Bench {
     }
 
     /// Jobs/s of `instances` × `concurrency` on `size.jobs` pending jobs, from the first claim
-    /// to the last finish as the table records them; and the largest peak RSS in KiB. The
-    /// median of `repeats` runs, each verified.
-    async fn throughput(&self, instances: usize, concurrency: usize, command: &str) -> (f64, u64) {
+    /// to the last finish as the table records them; the largest peak RSS; and the CPU per
+    /// job. The medians of `repeats` runs, each verified.
+    async fn throughput(&self, instances: usize, concurrency: usize, command: &str) -> Run {
         let mut rates = Vec::new();
+        let mut cpu = Vec::new();
         let mut peak = 0;
         for _ in 0..self.size.repeats {
             let mut conn = self.fresh().await;
             self.insert(&mut conn, self.size.jobs).await;
             let config = self.config(concurrency, command, "100ms");
+            let db = mariadbd_pid();
+            let (busy, db_ticks) = (busy_ticks(), db.map_or(0, cpu_ticks));
             let mut workers: Vec<Child> = (1..=instances).map(|i| self.start(&config, i)).collect();
             let n = self.size.jobs as u64;
             wait_done(&mut conn, n).await;
+            let per_job = |ticks: u64| ticks_us(ticks) / n as f64;
+            cpu.push(Cpu {
+                all: per_job(busy_ticks() - busy),
+                myjob: per_job(workers.iter().map(|w| cpu_ticks(w.id())).sum()),
+                db: per_job(db.map_or(0, cpu_ticks) - db_ticks),
+            });
             for w in &workers {
                 peak = peak.max(peak_rss_kib(w.id()));
             }
@@ -411,7 +478,15 @@ impl Bench {
             assert_eq!((jobs, once), (n, n), "every job done, each claimed once");
             rates.push(n as f64 / secs);
         }
-        (median(rates), peak)
+        Run {
+            rate: median(rates),
+            peak_kib: peak,
+            cpu: Cpu {
+                all: median(cpu.iter().map(|c| c.all).collect()),
+                myjob: median(cpu.iter().map(|c| c.myjob).collect()),
+                db: median(cpu.iter().map(|c| c.db).collect()),
+            },
+        }
     }
 
     /// Idle workers; a job every 50 ms; the time from INSERT (created_at) to the handler's
@@ -572,7 +647,9 @@ fn value_text(v: &mysql_async::Value) -> String {
     }
 }
 
-async fn spawn_rate(inflight: usize, secs: f64) -> f64 {
+/// How many `cat`s ran, with `inflight` at a time for `secs`, and the seconds until the last
+/// ended.
+async fn spawn_rate(inflight: usize, secs: f64) -> (u64, f64) {
     let payload: Arc<[u8]> = vec![b'x'; 1024].into();
     let count = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + Duration::from_secs_f64(secs);
@@ -599,24 +676,33 @@ async fn spawn_rate(inflight: usize, secs: f64) -> f64 {
     for t in tasks {
         t.await.unwrap();
     }
-    count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    (count.load(Ordering::Relaxed), start.elapsed().as_secs_f64())
 }
 
 /// Waits until `n` jobs are done; a run that takes over 10 minutes is a failure.
 async fn wait_done(conn: &mut Conn, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let done: u64 = conn
-            .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
+        // One index probe: a COUNT of the done rows would cost the server a scan each time,
+        // CPU taken from the run being measured.
+        let waiting: Option<u8> = conn
+            .query_first(
+                "SELECT 1 FROM myjob_jobs WHERE status IN ('pending', 'claimed') LIMIT 1",
+            )
             .await
-            .unwrap()
             .unwrap();
-        if done == n {
+        if waiting.is_none() {
+            let done: u64 = conn
+                .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(done, n, "every job done, none failed");
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "only {done} of {n} jobs done after 600 s"
+            "jobs still waiting after 600 s"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -645,6 +731,39 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// The CPU time all cores spent busy (user, nice, system, irq, softirq, steal) since boot,
+/// in clock ticks: /proc/stat's first line.
+fn busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    [0, 1, 2, 5, 6, 7].iter().map(|&i| f.get(i).copied().unwrap_or(0)).sum()
+}
+
+fn ticks_us(ticks: u64) -> f64 {
+    let per_sec = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    ticks as f64 / per_sec * 1e6
+}
+
+/// The MariaDB server's process, for its CPU time.
+fn mariadbd_pid() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "mariadbd" || comm.trim() == "mysqld").then_some(pid)
+    })
 }
 
 /// utime + stime of a process, in clock ticks.
