@@ -41,6 +41,10 @@ async fn kill_9_mid_batch_its_claims_come_back_and_a_live_slow_job_stays() {
     // back the attempt that never reported a result.
     db.wait_count("status = 'pending' AND attempts = 0", 4, 30)
         .await;
+    // The reaper logs each job after its reset has committed: wait for the lines too.
+    for id in &ids {
+        live.wait_log(&format!("job_id={id}"), 5).await;
+    }
     for id in &ids {
         let (status, _, batch, _, error) = db.job(*id).await;
         assert_eq!((status.as_str(), batch), ("pending", None));
