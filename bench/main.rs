@@ -151,7 +151,9 @@ impl Bench {
         let claim = self.claim_ceiling().await;
         self.line("| what | figure | ratio | target |\n|---|---|---|---|");
         self.line(&format!("| ceiling: `cat` spawns/s (tokio, 1 KiB stdin, best of 8/16/32 in flight) | {spawn:.0} | 1 | |"));
-        self.line(&format!("| ceiling: CPU µs per `cat` spawn, whole machine | {spawn_cpu:.0} | | |"));
+        self.line(&format!(
+            "| ceiling: CPU µs per `cat` spawn, whole machine | {spawn_cpu:.0} | | |"
+        ));
         self.line(&format!("| ceiling: raw batch_id claim loop, jobs/s (claim 100 + select + batched done) | {claim:.0} | 1 | |"));
 
         // 2. Throughput with a `cat` per job, and 7. its peak RSS.
@@ -453,19 +455,19 @@ impl Bench {
             let config = self.config(concurrency, command, "100ms");
             let db = mariadbd_pid();
             let (busy, db_ticks) = (busy_ticks(), db.map_or(0, cpu_ticks));
-            let mut workers: Vec<Child> = (1..=instances).map(|i| self.start(&config, i)).collect();
+            let workers = Workers((1..=instances).map(|i| self.start(&config, i)).collect());
             let n = self.size.jobs as u64;
             wait_done(&mut conn, n).await;
             let per_job = |ticks: u64| ticks_us(ticks) / n as f64;
             cpu.push(Cpu {
                 all: per_job(busy_ticks() - busy),
-                myjob: per_job(workers.iter().map(|w| cpu_ticks(w.id())).sum()),
+                myjob: per_job(workers.0.iter().map(|w| cpu_ticks(w.id())).sum()),
                 db: per_job(db.map_or(0, cpu_ticks) - db_ticks),
             });
-            for w in &workers {
+            for w in &workers.0 {
                 peak = peak.max(peak_rss_kib(w.id()));
             }
-            stop(&mut workers);
+            workers.stop();
             let (jobs, once, secs): (u64, u64, f64) = conn
                 .query_first(
                     "SELECT COUNT(*), SUM(attempts = 1), \
@@ -507,7 +509,7 @@ impl Bench {
         chmod_x(&handler);
         let _ = std::fs::remove_file(&record);
         let config = self.config(8, handler.to_str().unwrap(), "500ms");
-        let mut workers = vec![self.start(&config, 1)];
+        let workers = Workers(vec![self.start(&config, 1)]);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let end = Instant::now() + Duration::from_secs_f64(self.size.latency_secs);
         let mut n = 0u64;
@@ -519,7 +521,7 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         wait_done(&mut conn, n).await;
-        stop(&mut workers);
+        workers.stop();
         let created: Vec<(u64, f64)> = conn
             .query("SELECT id, UNIX_TIMESTAMP(created_at) FROM myjob_jobs")
             .await
@@ -545,9 +547,9 @@ impl Bench {
     async fn idle(&self) -> (f64, f64) {
         let mut conn = self.fresh().await;
         let config = self.config(64, "/bin/cat", "500ms");
-        let mut workers = vec![self.start(&config, 1)];
+        let workers = Workers(vec![self.start(&config, 1)]);
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let pid = workers[0].id();
+        let pid = workers.0[0].id();
         let questions = |rows: Vec<(String, u64)>| rows[0].1;
         let q0 = questions(
             conn.query("SHOW GLOBAL STATUS LIKE 'Questions'")
@@ -562,7 +564,7 @@ impl Bench {
                 .unwrap(),
         );
         let (c1, secs) = (cpu_ticks(pid), t0.elapsed().as_secs_f64());
-        stop(&mut workers);
+        workers.stop();
         // The probe's second SHOW STATUS is counted in q1; anything else is the worker's.
         let qps = (q1 - q0 - 1) as f64 / secs;
         let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
@@ -686,9 +688,7 @@ async fn wait_done(conn: &mut Conn, n: u64) {
         // One index probe: a COUNT of the done rows would cost the server a scan each time,
         // CPU taken from the run being measured.
         let waiting: Option<u8> = conn
-            .query_first(
-                "SELECT 1 FROM myjob_jobs WHERE status IN ('pending', 'claimed') LIMIT 1",
-            )
+            .query_first("SELECT 1 FROM myjob_jobs WHERE status IN ('pending', 'claimed') LIMIT 1")
             .await
             .unwrap();
         if waiting.is_none() {
@@ -700,26 +700,38 @@ async fn wait_done(conn: &mut Conn, n: u64) {
             assert_eq!(done, n, "every job done, none failed");
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "jobs still waiting after 600 s"
-        );
+        assert!(Instant::now() < deadline, "jobs still waiting after 600 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-fn stop(workers: &mut Vec<Child>) {
-    for w in workers.iter() {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(w.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+/// The `myjob run` processes of one measurement. Dropped without [`Workers::stop`] (a failed
+/// assertion), it kills them: a worker left running would take the next run's jobs.
+struct Workers(Vec<Child>);
+
+impl Workers {
+    /// SIGTERM, and each must exit 0.
+    fn stop(mut self) {
+        for w in &self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(w.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        for mut w in std::mem::take(&mut self.0) {
+            let status = w.wait().unwrap();
+            assert!(status.success(), "a worker exited with {status}");
+        }
     }
-    for w in workers.iter_mut() {
-        let status = w.wait().unwrap();
-        assert!(status.success(), "a worker exited with {status}");
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in &mut self.0 {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
     }
-    workers.clear();
 }
 
 /// VmHWM: the peak resident set of a process, in KiB.
@@ -746,7 +758,10 @@ fn busy_ticks() -> u64 {
         .map(|v| v.parse().unwrap_or(0))
         .collect();
     // user nice system idle iowait irq softirq steal
-    [0, 1, 2, 5, 6, 7].iter().map(|&i| f.get(i).copied().unwrap_or(0)).sum()
+    [0, 1, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| f.get(i).copied().unwrap_or(0))
+        .sum()
 }
 
 fn ticks_us(ticks: u64) -> f64 {
