@@ -339,7 +339,7 @@ impl Fleet {
     }
 
     /// kill -9 of instance `i`: a process is started again `RESTART_AFTER` later by
-    /// [`Fleet::tick`], a unit by systemd.
+    /// [`Fleet::restart_killed`], a unit by systemd.
     fn kill(&mut self, i: usize) {
         match self {
             Fleet::Processes {
@@ -371,8 +371,8 @@ impl Fleet {
         }
     }
 
-    /// Starts the killed processes whose time has come.
-    fn tick(&mut self) {
+    /// Starts the killed processes whose time has come, or all of them.
+    fn restart_killed(&mut self, all: bool) {
         if let Fleet::Processes {
             config,
             logs,
@@ -382,27 +382,18 @@ impl Fleet {
         {
             let now = Instant::now();
             restarts.retain(|&(when, i)| {
-                if now >= when {
+                let due = all || now >= when;
+                if due {
                     workers[i] = Some(Self::start(config, logs, i));
                 }
-                now < when
+                !due
             });
         }
     }
 
     /// Every instance running again.
     async fn all_up(&mut self) {
-        if let Fleet::Processes {
-            config,
-            logs,
-            workers,
-            restarts,
-        } = self
-        {
-            for (_, i) in restarts.drain(..) {
-                workers[i] = Some(Self::start(config, logs, i));
-            }
-        }
+        self.restart_killed(true);
         let deadline = Instant::now() + Duration::from_secs(30);
         while (0..INSTANCES).any(|i| self.pid(i).is_none()) {
             assert!(Instant::now() < deadline, "an instance did not come back");
@@ -518,7 +509,7 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
                 });
             }
         }
-        fleet.tick();
+        fleet.restart_killed(false);
 
         if in_time && t >= next_conn_kill && restart.is_none() {
             next_conn_kill += CONN_KILL_EVERY;
