@@ -5,7 +5,9 @@
 //!
 //! It restarts the MariaDB server, so plain `cargo test` skips it: `tests/chaos` runs it (the
 //! full run), `tests/chaos --short` is the shorter run CI does. `MYJOB_CHAOS_JOBS` and
-//! `MYJOB_CHAOS_SECS` set the size.
+//! `MYJOB_CHAOS_SECS` set the size. With `MYJOB_CHAOS_SYSTEMD` (the root of the container
+//! tests/systemd/boot-systemd.sh boots, set by `tests/chaos --systemd`) the instances are the
+//! units myjob@1..3 there rather than processes of the test's own.
 //!
 //! How it knows what happened, without trusting myjob's own account:
 //! - the handler appends a start line and an end line per run to a file (one `write` each,
