@@ -1,9 +1,8 @@
 //! The benchmark: `bench/run` (or `cargo bench --features bench --bench myjob -- [--smoke]
 //! [--rows-10m] [--latency-only] [--cat-only]`). Every figure is measured next to a ceiling of
 //! this machine measured in the same run, and reported as a ratio to it; the table goes to
-//! stdout and to
-//! bench/results/<date>.md. Every run's jobs are real rows, verified at the end (all done,
-//! each claimed once).
+//! stdout and to bench/results/<date>.md. Every run's jobs are real rows, verified at the end
+//! (all done, each claimed once).
 //!
 //! Under `cargo test` (no `--bench` argument) it does nothing: timings are not tests.
 
@@ -345,9 +344,8 @@ impl Bench {
     }
 
     /// How many `cat` processes per second tokio spawns and reaps, each fed 1 KiB on stdin
-    /// with stdout to /dev/null: the best median over 8, 16 and 32 in flight.
-    /// The best of 8, 16 and 32 in flight (each the median of `repeats`), and the machine's
-    /// CPU per spawn there, in µs.
+    /// with stdout to /dev/null: the best of 8, 16 and 32 in flight (each the median of
+    /// `repeats`), and the machine's CPU per spawn there, in µs.
     async fn spawn_ceiling(&self) -> (f64, f64) {
         let mut best = (0.0f64, 0.0f64);
         for inflight in [8, 16, 32] {
@@ -567,11 +565,7 @@ impl Bench {
         workers.stop();
         // The probe's second SHOW STATUS is counted in q1; anything else is the worker's.
         let qps = (q1 - q0 - 1) as f64 / secs;
-        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .unwrap_or(100) as f64;
-        let cpu = (c1 - c0) as f64 / ticks / secs * 100.0;
+        let cpu = ticks_us(c1 - c0) / 1e6 / secs * 100.0;
         (qps, cpu)
     }
 

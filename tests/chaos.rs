@@ -427,8 +427,8 @@ impl Fleet {
                 let mut stop = vec!["systemctl", "stop"];
                 stop.extend(units.iter().map(String::as_str));
                 assert!(sd(&stop).status.success(), "systemctl stop failed");
+                let since = format!("--since=@{}", since as u64);
                 for u in &units {
-                    let since = format!("--since=@{}", since as u64);
                     let journal = sd(&[
                         "journalctl",
                         "-u",
@@ -486,14 +486,14 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
     let mut restart: Option<tokio::task::JoinHandle<(f64, f64)>> = None;
     let freeze_at = begin + secs.mul_f64(0.2);
     let mut frozen: Option<(usize, u32, Instant, f64, Vec<u64>)> = None;
-    let mut froze = false;
 
-    // Past `secs` only to end the freeze and do the one restart, if they are not done yet.
-    while begin.elapsed() < secs
-        || frozen.is_some()
-        || restart.is_some()
-        || !faults.iter().any(|f| matches!(f, Fault::DbRestart { .. }))
-    {
+    loop {
+        let froze = frozen.is_some() || faults.iter().any(|f| matches!(f, Fault::Freeze { .. }));
+        let restarted = faults.iter().any(|f| matches!(f, Fault::DbRestart { .. }));
+        // Past `secs` only to end the freeze and do the one restart, if they are not done yet.
+        if begin.elapsed() >= secs && frozen.is_none() && restart.is_none() && restarted {
+            break;
+        }
         let t = Instant::now();
         let in_time = begin.elapsed() < secs;
         let frozen_i = frozen.as_ref().map(|f| f.0);
@@ -529,8 +529,7 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
         });
         if t >= restart_at
             && thawed_for.is_some_and(|s| s >= THAW_BEFORE_RESTART.as_secs_f64())
-            && restart.is_none()
-            && !faults.iter().any(|f| matches!(f, Fault::DbRestart { .. }))
+            && !restarted
         {
             restart = Some(tokio::spawn(restart_mariadb()));
             // Marks that the restart has begun; replaced by the real window when it ends.
@@ -562,7 +561,6 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
                 fleet.signal(i, Signal::SIGSTOP);
                 let held = claims_of(db, pid).await;
                 frozen = Some((i, pid, t + FREEZE_FOR, now(), held));
-                froze = true;
             }
         }
         if frozen.as_ref().is_some_and(|f| t >= f.2) {
