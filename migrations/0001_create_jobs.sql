@@ -7,8 +7,9 @@ CREATE TABLE IF NOT EXISTS myjob_jobs (
   queue         VARCHAR(64)     NOT NULL DEFAULT 'default',
   -- Higher runs first; FIFO by id within a priority.
   priority      SMALLINT        NOT NULL DEFAULT 0,
-  -- Up to 16 MiB (less one byte); handed to the handler on stdin as it is.
-  payload       MEDIUMBLOB      NOT NULL DEFAULT '',
+  -- Up to 16 MiB (less one byte); handed to the handler on stdin as it is. The default is an
+  -- expression: MySQL allows no literal default on a BLOB, and MariaDB accepts both.
+  payload       MEDIUMBLOB      NOT NULL DEFAULT (''),
   status        ENUM('pending', 'claimed', 'done', 'failed') NOT NULL DEFAULT 'pending',
   -- Attempts started so far; the claim adds one.
   attempts      INT UNSIGNED    NOT NULL DEFAULT 0,

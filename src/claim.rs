@@ -18,15 +18,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::*;
-use mysql_async::{Conn, Opts};
-use tokio::sync::watch;
+use mysql_async::Conn;
+use tokio::sync::{oneshot, watch};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{QueueSettings, Settings};
-use crate::db::{self, ServerId};
+use crate::config::{DatabaseSettings, QueueSettings, Settings};
+use crate::db::{self, Failure, ServerId};
 use crate::handler::{self, Exit};
 use crate::jobs::{self, Claimer, Outcome, Write};
 use crate::retry;
@@ -94,7 +94,7 @@ struct Running {
 }
 
 pub struct Consumer {
-    opts: Opts,
+    db: DatabaseSettings,
     settings: watch::Receiver<Arc<Settings>>,
     instance: String,
     /// `host:pid:instance`, written into claimed rows.
@@ -118,20 +118,31 @@ pub struct Consumer {
     unwritten_since: Option<Instant>,
     /// Fired when the shutdown runs out of time: kills every handler still running.
     abort: CancellationToken,
+    /// Which queue the next claim starts with: each claim starts one further, so that when
+    /// every queue has a backlog none waits behind the others.
+    rotation: usize,
+    /// When the stager runs next (see [`jobs::stage`]): once per `poll_interval`.
+    next_stage: Instant,
+    /// Not before then: the last write lost a race (see [`Consumer::db_error`]).
+    write_again_at: Instant,
+    /// Told once the first connection is up and the server's identity read: the daemon sends
+    /// READY=1 only then.
+    connected: Option<oneshot::Sender<()>>,
 }
 
 impl Consumer {
     pub fn new(
-        opts: Opts,
+        db: DatabaseSettings,
         settings: watch::Receiver<Arc<Settings>>,
         instance: &str,
         stats: Arc<Stats>,
+        connected: oneshot::Sender<()>,
     ) -> Self {
         let host = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".into());
         Consumer {
-            opts,
+            db,
             settings,
             instance: instance.to_owned(),
             worker: format!("{host}:{}:{instance}", std::process::id()),
@@ -148,6 +159,10 @@ impl Consumer {
             unwritten: Vec::new(),
             unwritten_since: None,
             abort: CancellationToken::new(),
+            rotation: 0,
+            next_stage: Instant::now(),
+            write_again_at: Instant::now(),
+            connected: Some(connected),
         }
     }
 
@@ -174,10 +189,11 @@ impl Consumer {
                 || self
                     .unwritten_since
                     .is_some_and(|t| now.duration_since(t) >= WRITE_AFTER);
-            if write_due {
+            // After a write lost a race, the loop goes on (claims, starts) and writes again
+            // after the pause.
+            if write_due && now >= self.write_again_at {
                 if let Err(e) = self.write_unwritten().await {
-                    self.lost_connection(e);
-                    continue;
+                    self.db_error(e).await;
                 }
             }
 
@@ -186,15 +202,25 @@ impl Consumer {
             let want = (worker.concurrency + prefetch)
                 .saturating_sub(held)
                 .min(worker.batch_size);
-            // Claim when the prefetch runs low, and for at least a few jobs: fewer, fuller
-            // claims rather than one per finished handler.
+            // Claim when the prefetch runs low, and while the queue has a backlog for at least
+            // a few jobs: fewer, fuller claims rather than one per finished handler. At the
+            // poll, any free slot is worth a claim.
             let least = (worker.concurrency.min(worker.batch_size) / 8).max(1);
             let low = self.ready.len() <= prefetch / 2;
-            if want >= least && low && (backlog || now >= next_claim) {
+            let due = (backlog && want >= least) || (now >= next_claim && want > 0);
+            if now >= self.next_stage {
+                if let Err(e) = self.stage().await {
+                    self.db_error(e).await;
+                }
+                // From the end of this pass: a stager that waited out a lock must not run
+                // again at once and keep the claims from their turn.
+                self.next_stage = Instant::now() + worker.poll_interval;
+            }
+            if low && due {
                 match self.claim(&settings, want).await {
                     Ok(got) => backlog = got == want,
                     Err(e) => {
-                        self.lost_connection(e);
+                        self.db_error(e).await;
                         backlog = false;
                     }
                 }
@@ -312,28 +338,76 @@ impl Consumer {
         }
     }
 
-    /// Claims up to `want` jobs into the prefetch. Returns how many it got.
+    /// Runs the stager: due scheduled jobs become pending, and the other way (see
+    /// [`jobs::stage`]).
+    async fn stage(&mut self) -> anyhow::Result<()> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let moved = jobs::stage(conn).await?;
+        self.last_query = Instant::now();
+        self.backoff.reset();
+        if moved > 0 {
+            debug!(
+                jobs = moved,
+                "stager: jobs moved between scheduled and pending"
+            );
+        }
+        Ok(())
+    }
+
+    /// Claims up to `want` jobs into the prefetch, one statement per queue: each queue is
+    /// offered an even share of what is still wanted, starting one queue further each time.
+    /// Returns how many it got.
     async fn claim(&mut self, settings: &Settings, want: usize) -> anyhow::Result<usize> {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(0);
         };
         let batch_id = jobs::new_batch_id();
-        let queues: Vec<String> = settings.queues.iter().map(|q| q.name.clone()).collect();
         let who = Claimer {
             owner_server: &self.server,
             worker: &self.worker,
         };
-        let claimed = jobs::claim(conn, batch_id, &queues, want, &who).await?;
-        self.last_query = Instant::now();
-        if claimed.is_empty() {
-            return Ok(0);
+        let queues = &settings.queues;
+        let first = self.rotation % queues.len().max(1);
+        self.rotation = self.rotation.wrapping_add(1);
+        let mut left = want;
+        // Each queue's claim commits by itself: when one fails, what the others claimed is
+        // read all the same, or it would sit claimed by a live connection, never run.
+        let mut failed = None;
+        for k in 0..queues.len() {
+            if left == 0 {
+                break;
+            }
+            let queue = &queues[(first + k) % queues.len()];
+            let share = left.div_ceil(queues.len() - k);
+            match jobs::claim(conn, batch_id, &queue.name, share, &who).await {
+                Ok(n) => left -= n,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
+        self.last_query = Instant::now();
+        if left == want {
+            return failed.map_or(Ok(0), Err);
+        }
+        let claimed = jobs::read_batch(conn, batch_id).await?;
         self.stats.claimed();
         debug!(batch_id, jobs = claimed.len(), "claimed a batch");
         let got = claimed.len();
         for job in claimed {
-            // The claim asked only for configured queues, so the lookup cannot miss.
+            // Claimed by its exact name, so the lookup finds it; a claim that cannot be
+            // started all the same goes back at once rather than sit claimed.
             let Some(queue) = settings.queue(&job.queue).cloned() else {
+                warn!(job_id = job.id, queue = %job.queue, "job released: claimed for a queue this instance does not serve");
+                self.unwritten_since.get_or_insert_with(Instant::now);
+                self.unwritten.push(Outcome {
+                    job_id: job.id,
+                    batch_id,
+                    write: Write::Release,
+                });
                 continue;
             };
             self.ready.push_back(Ready {
@@ -342,7 +416,13 @@ impl Consumer {
                 queue,
             });
         }
-        Ok(got)
+        match failed {
+            Some(e) => Err(e),
+            None => {
+                self.backoff.reset();
+                Ok(got)
+            }
+        }
     }
 
     fn start(
@@ -438,8 +518,23 @@ impl Consumer {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(());
         };
-        let fenced = jobs::write_outcomes(conn, &self.unwritten).await?;
+        let fenced = match jobs::write_outcomes(conn, &self.unwritten).await {
+            Ok(fenced) => fenced,
+            Err(e) if db::classify(&e) == Failure::Refused => {
+                warn!(
+                    "consumer: the server refused a write of {} outcomes ({}): writing them one by one",
+                    self.unwritten.len(),
+                    crate::error::chain(&*e)
+                );
+                conn.query_drop("ROLLBACK")
+                    .await
+                    .map_err(|e| anyhow::anyhow!(db::describe(&e)))?;
+                return self.write_one_by_one().await;
+            }
+            Err(e) => return Err(e),
+        };
         self.last_query = Instant::now();
+        self.backoff.reset();
         for job_id in fenced {
             warn!(
                 job_id,
@@ -448,6 +543,65 @@ impl Consumer {
         }
         self.unwritten.clear();
         self.unwritten_since = None;
+        Ok(())
+    }
+
+    /// After the server refused a write of several outcomes: each on its own, so that one
+    /// job's outcome (a trigger or a constraint of the user's that rejects it) does not hold
+    /// back the others. A refused outcome becomes a failure of its job with the server's
+    /// message; if even that is refused, it is logged and dropped, and the job stays claimed
+    /// by this instance until it stops (the reaper then puts it back).
+    async fn write_one_by_one(&mut self) -> anyhow::Result<()> {
+        let mut left: VecDeque<Outcome> = std::mem::take(&mut self.unwritten).into();
+        self.unwritten_since = None;
+        while let Some(o) = left.pop_front() {
+            let Some(conn) = self.conn.as_mut() else {
+                left.push_front(o);
+                break;
+            };
+            let result = match jobs::write_outcomes(conn, std::slice::from_ref(&o)).await {
+                Err(e) if db::classify(&e) == Failure::Refused => {
+                    let reason = crate::error::chain(&*e);
+                    error!(
+                        job_id = o.job_id,
+                        "job failed: the server refused its outcome: {reason}"
+                    );
+                    let failed = Outcome {
+                        write: Write::Fail {
+                            error: format!("the server refused this job's outcome: {reason}"),
+                        },
+                        ..o.clone()
+                    };
+                    match jobs::write_outcomes(conn, std::slice::from_ref(&failed)).await {
+                        Err(e) if db::classify(&e) == Failure::Refused => {
+                            error!(
+                                job_id = o.job_id,
+                                "job outcome dropped: the server refuses every write about it ({})",
+                                crate::error::chain(&*e)
+                            );
+                            Ok(Vec::new())
+                        }
+                        other => other,
+                    }
+                }
+                other => other,
+            };
+            match result {
+                Ok(fenced) => {
+                    for job_id in fenced {
+                        warn!(job_id, "job outcome not written: its claim was reaped and the job was put back meanwhile");
+                    }
+                }
+                Err(e) => {
+                    left.push_front(o);
+                    self.unwritten.extend(left);
+                    self.unwritten_since = Some(Instant::now());
+                    return Err(e);
+                }
+            }
+        }
+        self.unwritten.extend(left);
+        self.last_query = Instant::now();
         Ok(())
     }
 
@@ -461,11 +615,41 @@ impl Consumer {
         }
     }
 
+    /// A statement failed: what comes next depends on what the error says of the connection.
+    /// A lost race (a deadlock, a Galera certification conflict, a lock wait timeout) or a
+    /// statement the server refuses keeps the connection: the loop goes on, and writes again
+    /// after a short random pause, so that two conflicting writers do not meet again at once
+    /// (a claim is tried again at its next turn). Anything else drops the connection.
+    async fn db_error(&mut self, e: anyhow::Error) {
+        if db::classify(&e) == Failure::Connection {
+            self.lost_connection(e);
+            return;
+        }
+        warn!(
+            "consumer: {}; trying again on the same connection",
+            crate::error::chain(&*e)
+        );
+        // A deadlock has rolled the transaction back, a lock wait timeout only the statement.
+        if let Some(conn) = self.conn.as_mut() {
+            if let Err(e) = conn.query_drop("ROLLBACK").await {
+                self.lost_connection(anyhow::anyhow!(db::describe(&e)));
+                return;
+            }
+        }
+        self.write_again_at =
+            Instant::now() + Duration::from_millis(5 + rand::random::<u64>() % 45);
+    }
+
     fn lost_connection(&mut self, e: anyhow::Error) {
-        warn!("consumer: database error, reconnecting: {e:#}");
-        // Dropping the connection closes it; its id is then gone from the processlist.
+        warn!(
+            "consumer: database error, reconnecting: {}",
+            crate::error::chain(&*e)
+        );
+        // Dropping the connection closes it; its id is then gone from the processlist. The
+        // backoff counts on until a statement succeeds again, so a connection that works and
+        // a statement that always fails cannot make a tight connect-fail loop.
         self.conn = None;
-        self.reconnect_at = Instant::now();
+        self.reconnect_at = Instant::now() + self.backoff.count();
     }
 
     /// Writes the held outcomes, connecting first if the connection is gone and an attempt
@@ -474,7 +658,7 @@ impl Consumer {
         self.reconnect_if_due().await;
         if self.conn.is_some() {
             if let Err(e) = self.write_unwritten().await {
-                self.lost_connection(e);
+                self.db_error(e).await;
             }
         }
     }
@@ -487,12 +671,12 @@ impl Consumer {
             return;
         }
         self.stats.beat();
-        let result = match db::connect(&self.opts).await {
+        let result = match db::connect(&self.db).await {
             Ok(mut conn) => match self.adopt(&mut conn).await {
                 Ok(adopted) => Ok((conn, adopted)),
                 Err(e) => Err(e.context("setting up the connection")),
             },
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
         match result {
             Ok((conn, adopted)) => {
@@ -507,7 +691,9 @@ impl Consumer {
                 }
                 self.conn = Some(conn);
                 self.last_query = Instant::now();
-                self.backoff.reset();
+                if let Some(tx) = self.connected.take() {
+                    let _ = tx.send(());
+                }
             }
             Err(e) => self.reconnect_at = Instant::now() + self.backoff.failed("consumer", &e),
         }
@@ -524,6 +710,21 @@ impl Consumer {
             .collect();
         batches.sort_unstable();
         batches.dedup();
-        jobs::adopt(conn, &batches, &self.server).await
+        let adopted = jobs::adopt(conn, &batches, &self.server).await?;
+        // Prefetched jobs whose claim the reaper took while the connection was away are not
+        // started: they are someone else's now.
+        let waiting: Vec<(u64, u64)> = self.ready.iter().map(|r| (r.job.id, r.batch_id)).collect();
+        let held = jobs::still_claimed(conn, &waiting).await?;
+        self.ready.retain(|r| {
+            let keep = held.contains(&r.job.id);
+            if !keep {
+                warn!(
+                    job_id = r.job.id,
+                    "job dropped before its start: its claim was put back while the connection was away"
+                );
+            }
+            keep
+        });
+        Ok(adopted)
     }
 }

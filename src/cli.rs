@@ -124,9 +124,9 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
         }
         Command::Migrate => {
             let settings = Settings::load(&cli.config).or_exit(ExitCode::Config)?;
-            let mut conn = db::connect(&settings.database.opts)
+            let mut conn = db::connect(&settings.database)
                 .await
-                .map_err(|e| Error::new(ExitCode::Unavailable, e.context("database")))?;
+                .map_err(|e| Error::new(e.exit_code(), e))?;
             let applied = schema::migrate(&mut conn)
                 .await
                 .or_exit(ExitCode::Unavailable)?;

@@ -68,6 +68,8 @@ struct RawConfig {
 struct RawDatabase {
     url: Option<String>,
     password_file: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    lock_wait_timeout: Option<String>,
 }
 
 // Integers are read as i64 so that a negative or huge value reaches validation and gets a
@@ -87,6 +89,7 @@ struct RawWorker {
 struct RawReaper {
     interval: Option<String>,
     stale_after: Option<String>,
+    max_rescues: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +128,22 @@ pub struct DatabaseSettings {
     /// `password_file`.
     pub url_has_password: bool,
     pub password_file: Option<PathBuf>,
+    /// Whether connections are encrypted: the url asks for it (`require_ssl=true`), or
+    /// `tls_ca` names the CA that signed the server's certificate.
+    pub tls: bool,
+    /// The longest a statement waits for a row lock or a metadata lock, in whole seconds.
+    pub lock_wait_timeout: u64,
+}
+
+impl DatabaseSettings {
+    /// The settings of a bare url, as `[database] url = …` alone would give them.
+    pub fn from_url(url: &str) -> Result<DatabaseSettings, String> {
+        let raw = RawDatabase {
+            url: Some(url.to_owned()),
+            ..RawDatabase::default()
+        };
+        validate_database(raw, None).map_err(|(key, message)| format!("{key}: {message}"))
+    }
 }
 
 impl fmt::Debug for DatabaseSettings {
@@ -156,6 +175,9 @@ pub struct WorkerSettings {
 pub struct ReaperSettings {
     pub interval: Duration,
     pub stale_after: Duration,
+    /// How many times a job may be rescued from a worker that vanished while running it; the
+    /// rescue that reaches it fails the job.
+    pub max_rescues: u32,
 }
 
 /// One `[[queue]]`: its name and how its jobs are handled.
@@ -287,6 +309,7 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
     let reaper = ReaperSettings {
         interval: duration(raw.reaper.interval, "30s", "reaper.interval")?,
         stale_after: duration(raw.reaper.stale_after, "2m", "reaper.stale_after")?,
+        max_rescues: int_in(raw.reaper.max_rescues, 3, 1, 1000, "reaper.max_rescues")? as u32,
     };
 
     let mut names = HashSet::new();
@@ -376,7 +399,28 @@ fn validate_database(
         let password = text.trim_end_matches(['\n', '\r']).to_owned();
         builder = builder.pass(Some(password));
     }
+    if let Some(ca) = raw.tls_ca {
+        let pem = read_ca(&ca).map_err(|m| ("database.tls_ca".to_owned(), m))?;
+        // The CA turns TLS on, verified against it, unless the url already set TLS options
+        // (`verify_identity=false` for a certificate that does not name the host, say).
+        let ssl = opts.ssl_opts().cloned().unwrap_or_default();
+        builder = builder.ssl_opts(Some(ssl.with_root_certs(vec![pem.into()])));
+    }
     let opts = mysql_async::Opts::from(builder);
+    let tls = opts.ssl_opts().is_some();
+    if let Some(ssl) = opts.ssl_opts() {
+        // mysql_async 0.37.1 recognises a name mismatch by an error text that rustls no longer
+        // prints, so it would fail every connection however the flag is set: say so now.
+        if ssl.skip_domain_validation() && !ssl.accept_invalid_certs() {
+            return Err((
+                key.to_owned(),
+                "verify_identity=false with a verified CA is not supported by this build's TLS \
+                 driver (it would reject every certificate that does not name the host): use a \
+                 certificate that names the host, or verify_ca=false"
+                    .into(),
+            ));
+        }
+    }
     let display = format!(
         "mysql://{}@{}:{}/{}",
         opts.user().unwrap_or(""),
@@ -384,12 +428,35 @@ fn validate_database(
         opts.tcp_port(),
         opts.db_name().unwrap_or("")
     );
+    let wait = duration(raw.lock_wait_timeout, "15s", "database.lock_wait_timeout")?;
+    if wait.subsec_nanos() != 0 || wait > Duration::from_secs(3600) {
+        return Err((
+            "database.lock_wait_timeout".into(),
+            "must be whole seconds, from 1s to 1h (the servers count it in seconds)".into(),
+        ));
+    }
     Ok(DatabaseSettings {
         url_has_password,
         password_file,
         opts,
         display,
+        tls,
+        lock_wait_timeout: wait.as_secs(),
     })
+}
+
+/// Reads a CA file: PEM with at least one certificate. Read here, at load, so that a wrong
+/// path is a config error naming the key rather than a failure at every connection.
+fn read_ca(path: &Path) -> Result<Vec<u8>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&pem);
+    if !text.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(format!(
+            "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        ));
+    }
+    Ok(pem)
 }
 
 /// mysql_async quietly falls back to localhost for a url with no host; a config that names

@@ -54,32 +54,53 @@ pub async fn run(
     );
 
     // Wait for the database as long as it takes: READY=1 only once it answers and the schema
-    // fits. A missing or newer schema is a configuration error, not worth retrying.
-    let Some(mut conn) = db::connect_retrying(&settings.database.opts, "startup", &shutdown).await
-    else {
-        return Ok(());
-    };
-    schema::check(&mut conn)
-        .await
-        .or_exit(ExitCode::Unavailable)?
-        .or_exit(ExitCode::Config)?;
-    let _ = conn.disconnect().await;
+    // fits. A missing or newer schema is a configuration error, not worth retrying; a server
+    // that goes away between the connect and the check (a restart) is.
+    let mut backoff = db::Backoff::default();
+    loop {
+        let connected = db::connect_retrying(&settings.database, "startup", &shutdown).await;
+        let Some(mut conn) = connected.map_err(|e| Error::new(e.exit_code(), e))? else {
+            return Ok(());
+        };
+        match schema::check(&mut conn).await {
+            Ok(fits) => {
+                fits.or_exit(ExitCode::Config)?;
+                let _ = conn.disconnect().await;
+                break;
+            }
+            Err(e) => {
+                let delay = backoff.failed("startup", &e);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
 
-    let db_opts = settings.database.opts.clone();
+    let database = settings.database.clone();
     let (settings_tx, settings_rx) = watch::channel(Arc::new(settings));
     let stats = Arc::new(Stats::default());
+    let (connected_tx, connected) = tokio::sync::oneshot::channel();
     let consumer = Consumer::new(
-        db_opts.clone(),
+        database.clone(),
         settings_rx.clone(),
         &opts.instance,
         stats.clone(),
+        connected_tx,
     );
-    let reaper = Reaper::new(db_opts, settings_rx);
+    let reaper = Reaper::new(database, settings_rx);
 
     let consumer = tokio::spawn(consumer.run(shutdown.clone()));
     let reaper = tokio::spawn(reaper.run(shutdown.clone()));
     let status_stop = CancellationToken::new();
     let status = tokio::spawn(status_loop(stats.clone(), status_stop.clone()));
+    // READY=1 once the consumer holds its own connection and knows the server's identity:
+    // the startup check's connection says only that the database answered then.
+    tokio::select! {
+        _ = connected => {}
+        _ = shutdown.cancelled() => {}
+    }
     notify::notify_ready();
     info!("ready");
 

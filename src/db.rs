@@ -4,30 +4,164 @@
 //! myjob never uses a pool for claims: a claimer's `CONNECTION_ID()` is how the reaper knows
 //! the claimer is alive, so the connection must live exactly as long as the claimer does.
 
+use std::fmt;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use mysql_async::prelude::*;
-use mysql_async::{Conn, Opts, OptsBuilder};
+use mysql_async::{Conn, OptsBuilder};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-/// Opens one connection. Sessions read committed data, so a claim skips rows it does not take
-/// instead of holding their locks (InnoDB's semi-consistent read).
-pub async fn connect(opts: &Opts) -> anyhow::Result<Conn> {
+use crate::config::DatabaseSettings;
+use crate::error::ExitCode;
+
+/// What myjob sets on every session rather than inherit from the server's configuration:
+/// - READ COMMITTED: a claim skips rows it does not take instead of holding their locks
+///   (InnoDB's semi-consistent read), whatever the server's default isolation is;
+/// - UTC: `NOW(6) + INTERVAL …` (due times, backoff, stale claims) is computed in the session
+///   time zone, and a zone with daylight saving would shift it by an hour twice a year;
+/// - a strict SQL mode without surprises: values that do not fit are errors, not silent
+///   truncation, no engine is substituted for InnoDB by `migrate`, and none of ANSI_QUOTES,
+///   PIPES_AS_CONCAT or NO_BACKSLASH_ESCAPES changes what myjob's SQL means;
+/// - bounded lock waits (`database.lock_wait_timeout`, 15 s by default) for a row lock (the
+///   server's default is 50 s) and for a metadata lock (an `ALTER TABLE`, a `LOCK TABLES`, an
+///   online schema change; the default is a day), so a blocked statement fails, is logged and
+///   tried again, well within the unit's WatchdogSec of 60 s, instead of hanging the loop
+///   until the watchdog kills it.
+fn session_setup(lock_wait_timeout: u64) -> Vec<String> {
+    vec![
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".into(),
+        format!(
+            "SET SESSION time_zone = '+00:00', \
+             sql_mode = 'STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION', \
+             innodb_lock_wait_timeout = {lock_wait_timeout}, lock_wait_timeout = {lock_wait_timeout}"
+        ),
+    ]
+}
+
+/// Why a connection could not be made, by what can be done about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectFailure {
+    /// The server is down, unreachable, slow, or refused the login: it may work later.
+    Unavailable,
+    /// TLS was asked for and failed: the server has none, or its certificate does not verify.
+    /// Retrying does not help until the configuration or the server changes.
+    Tls,
+    /// Something between myjob and the server multiplexes connections (see [`check_not_proxied`]).
+    Proxied,
+}
+
+/// A failed connection attempt: one line naming the database (never its password).
+#[derive(Debug)]
+pub struct ConnectError {
+    pub failure: ConnectFailure,
+    /// `mysql://user@host:port/db`.
+    pub database: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.failure {
+            ConnectFailure::Unavailable => "cannot connect",
+            ConnectFailure::Tls => "TLS failed",
+            ConnectFailure::Proxied => "refused",
+        };
+        write!(f, "database {}: {what}: {}", self.database, self.message)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+impl ConnectError {
+    /// A multiplexing proxy is a configuration to change (78); the rest may work later (69).
+    pub fn exit_code(&self) -> ExitCode {
+        match self.failure {
+            ConnectFailure::Proxied => ExitCode::Config,
+            ConnectFailure::Unavailable | ConnectFailure::Tls => ExitCode::Unavailable,
+        }
+    }
+}
+
+/// Opens one connection with myjob's session settings, and checks that its
+/// `CONNECTION_ID()` is the server's own: see [`check_not_proxied`].
+pub async fn connect(db: &DatabaseSettings) -> Result<Conn, ConnectError> {
+    let fail = |failure, message: String| ConnectError {
+        failure,
+        database: db.display.clone(),
+        message,
+    };
     // Fencing reads affected-row counts as "rows changed", so CLIENT_FOUND_ROWS (which counts
     // rows matched) stays off whatever the url asks for.
-    let mut builder = OptsBuilder::from_opts(opts.clone()).client_found_rows(false);
-    if opts.max_allowed_packet().is_none() {
+    let mut builder = OptsBuilder::from_opts(db.opts.clone()).client_found_rows(false);
+    if db.opts.max_allowed_packet().is_none() {
         builder = builder.max_allowed_packet(Some(READ_PACKET_LIMIT));
     }
-    let opts = builder.init(vec![
-        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    ]);
-    match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts)).await {
-        Ok(conn) => conn.map_err(|e| anyhow::anyhow!(describe(&e))),
-        Err(_) => anyhow::bail!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+    let opts = builder.init(session_setup(db.lock_wait_timeout));
+    let mut conn = match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts)).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            let failure = if is_tls_error(&e) {
+                ConnectFailure::Tls
+            } else {
+                ConnectFailure::Unavailable
+            };
+            return Err(fail(failure, describe(&e)));
+        }
+        Err(_) => {
+            return Err(fail(
+                ConnectFailure::Unavailable,
+                format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+            ))
+        }
+    };
+    let id: Result<Option<u64>, _> = conn.query_first("SELECT CONNECTION_ID()").await;
+    match id {
+        Ok(Some(id)) => {
+            check_not_proxied(conn.id(), id).map_err(|m| fail(ConnectFailure::Proxied, m))?
+        }
+        Ok(None) => {
+            return Err(fail(
+                ConnectFailure::Unavailable,
+                "no CONNECTION_ID()".into(),
+            ))
+        }
+        Err(e) => return Err(fail(ConnectFailure::Unavailable, describe(&e))),
     }
+    Ok(conn)
+}
+
+/// Whether a driver error comes from TLS: the server has none, a certificate does not
+/// verify, or the handshake broke. rustls reports through the I/O error it returns.
+fn is_tls_error(e: &mysql_async::Error) -> bool {
+    use mysql_async::{DriverError, Error, IoError};
+    match e {
+        Error::Io(IoError::Tls(_)) => true,
+        Error::Io(IoError::Io(io)) => io
+            .get_ref()
+            .is_some_and(|inner| inner.is::<rustls::Error>()),
+        Error::Driver(DriverError::NoClientSslFlagFromServer) => true,
+        _ => false,
+    }
+}
+
+/// A claim is owned by the connection id the *server* gave it, and the reaper judges it by
+/// the server's processlist. Behind a proxy that multiplexes client sessions over server
+/// connections (ProxySQL, MaxScale's readwritesplit in some modes), the id the client was
+/// given at the handshake is the proxy's, and `CONNECTION_ID()` names whatever server
+/// connection ran the query: another client's claims could then look alive or dead at random.
+/// A connection passed through whole (TCP proxies, HAProxy, MaxScale's readconnroute) keeps
+/// the two equal. The handshake carries only 32 bits of the id.
+pub fn check_not_proxied(handshake_id: u32, connection_id: u64) -> Result<(), String> {
+    if connection_id & 0xffff_ffff == u64::from(handshake_id) {
+        return Ok(());
+    }
+    Err(format!(
+        "the connection id from the handshake ({handshake_id}) is not CONNECTION_ID() ({connection_id}): \
+         a proxy multiplexes connections, and myjob's claims are owned by their connection; \
+         connect to the server directly or through a proxy that keeps one server connection per client"
+    ))
 }
 
 /// The largest packet myjob accepts from the server. The driver's default is the server's
@@ -40,23 +174,25 @@ const READ_PACKET_LIMIT: usize = 64 << 20;
 /// kernel's TCP timeout of minutes.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connects, retrying with capped exponential backoff until it works or `shutdown` fires.
-/// Logs one line per failed attempt (see [`Backoff`]). `None` means `shutdown` came first.
-/// Used at startup, before READY=1; the consumer reconnects one attempt at a time instead, so
-/// its loop keeps turning.
+/// Connects, retrying with capped exponential backoff while the database is unavailable,
+/// until it works or `shutdown` fires. Logs one line per failed attempt (see [`Backoff`]).
+/// `Ok(None)` means `shutdown` came first; an error is a failure retrying cannot mend (TLS, a
+/// multiplexing proxy). Used at startup, before READY=1; the consumer reconnects one attempt
+/// at a time instead, so its loop keeps turning.
 pub async fn connect_retrying(
-    opts: &Opts,
+    db: &DatabaseSettings,
     what: &str,
     shutdown: &CancellationToken,
-) -> Option<Conn> {
+) -> Result<Option<Conn>, ConnectError> {
     let mut backoff = Backoff::default();
     loop {
-        match connect(opts).await {
-            Ok(conn) => return Some(conn),
+        match connect(db).await {
+            Ok(conn) => return Ok(Some(conn)),
+            Err(e) if e.failure != ConnectFailure::Unavailable => return Err(e),
             Err(e) => {
-                let delay = backoff.failed(what, &e);
+                let delay = backoff.failed(what, &e.into());
                 tokio::select! {
-                    _ = shutdown.cancelled() => return None,
+                    _ = shutdown.cancelled() => return Ok(None),
                     _ = tokio::time::sleep(delay) => {}
                 }
             }
@@ -74,12 +210,17 @@ pub struct Backoff {
 impl Backoff {
     /// Logs a failed attempt and returns how long to wait before the next.
     pub fn failed(&mut self, what: &str, e: &anyhow::Error) -> Duration {
-        self.failures += 1;
-        let delay = Duration::from_millis(200)
-            .saturating_mul(1 << (self.failures - 1).min(6))
-            .min(Duration::from_secs(10));
-        warn!(attempt = self.failures, retry_in = ?delay, "{what}: cannot connect to the database: {e:#}");
+        let delay = self.count();
+        warn!(attempt = self.failures, retry_in = ?delay, "{what}: {}", crate::error::chain(&**e));
         delay
+    }
+
+    /// Counts a failure and returns how long to wait before the next attempt.
+    pub fn count(&mut self) -> Duration {
+        self.failures += 1;
+        Duration::from_millis(200)
+            .saturating_mul(1 << (self.failures - 1).min(6))
+            .min(Duration::from_secs(10))
     }
 
     pub fn reset(&mut self) {
@@ -87,47 +228,106 @@ impl Backoff {
     }
 }
 
-/// A one-line description of a driver error. mysql_async's own Display of some errors spans
-/// several lines; logs and exit messages want one.
+/// What a failed statement says about the connection it ran on, and so what to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// A deadlock (1213, which is also how Galera reports a write that lost a certification
+    /// conflict to another node) or a lock wait timeout (1205): the statement lost a race.
+    /// The connection is fine; the same statement may well succeed when tried again.
+    Conflict,
+    /// The server refused this statement for good: a constraint (SQLSTATE class 23), a value
+    /// (22), or a trigger's SIGNAL (45). The connection is fine; trying again changes nothing.
+    Refused,
+    /// Anything else: the connection is broken, or in doubt.
+    Connection,
+}
+
+/// Sorts an error by the first driver error in its chain.
+pub fn classify(e: &anyhow::Error) -> Failure {
+    const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+    const ER_LOCK_DEADLOCK: u16 = 1213;
+    let server = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<mysql_async::Error>() {
+            Some(mysql_async::Error::Server(s)) => Some(s),
+            _ => None,
+        });
+    match server {
+        Some(s) if s.code == ER_LOCK_DEADLOCK || s.code == ER_LOCK_WAIT_TIMEOUT => {
+            Failure::Conflict
+        }
+        Some(s)
+            if ["22", "23", "45"]
+                .iter()
+                .any(|class| s.state.starts_with(class)) =>
+        {
+            Failure::Refused
+        }
+        _ => Failure::Connection,
+    }
+}
+
+/// A one-line description of a driver error, each cause once: mysql_async's own Display of
+/// some errors spans several lines, and repeats its source's text.
 pub fn describe(e: &mysql_async::Error) -> String {
-    e.to_string()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::error::chain(e)
 }
 
 /// Which server a connection id belongs to: `host:port/start`, where start is the server's
 /// start time in Unix seconds. Connection ids restart at 1 when the server restarts, so an id
-/// alone cannot say whether its claimer is alive.
+/// alone cannot say whether its claimer is alive. A Galera node adds `/galera:<uuid>`, its
+/// member id in the cluster, new at each start: the reapers of the other nodes tell by the
+/// cluster's member list whether the node a claim was made through is still there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerId {
     pub host_port: String,
     pub started: i64,
+    pub galera: Option<String>,
 }
 
 impl ServerId {
-    /// Reads the identity of the server `conn` is connected to.
+    /// Reads the identity of the server `conn` is connected to, the same way on every server:
+    /// MySQL 5.7+ moved `information_schema.GLOBAL_STATUS` to performance_schema, which
+    /// MariaDB leaves off by default, while `SHOW GLOBAL STATUS` works everywhere (and
+    /// shows no wsrep_ variables where there is no Galera).
     pub async fn of(conn: &mut Conn) -> anyhow::Result<ServerId> {
+        let status: Vec<(String, String)> = conn
+            .query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'wsrep_gcomm_uuid')")
+            .await
+            .context("reading the server's uptime")?;
+        let value = |name: &str| {
+            status
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let uptime: i64 = value("Uptime")
+            .and_then(|v| v.parse().ok())
+            .context("the server reports no uptime")?;
+        let galera = value("wsrep_gcomm_uuid").filter(|v| !v.is_empty());
         let row: Option<(String, i64, i64)> = conn
-            .query_first(
-                "SELECT @@hostname, @@port, UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED) \
-                 FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
-            )
+            .query_first("SELECT @@hostname, @@port, UNIX_TIMESTAMP()")
             .await
             .context("reading the server's identity")?;
-        let (host, port, started) = row.context("the server reports no uptime")?;
+        let (host, port, now) = row.context("the server reports no hostname")?;
         Ok(ServerId {
             host_port: format!("{host}:{port}"),
-            started,
+            started: now - uptime,
+            galera,
         })
     }
 
     /// Parses what [`ServerId`]'s Display wrote into `owner_server`.
     pub fn parse(s: &str) -> Option<ServerId> {
-        let (host_port, started) = s.rsplit_once('/')?;
+        let (rest, galera) = match s.rsplit_once("/galera:") {
+            Some((rest, uuid)) if !uuid.is_empty() => (rest, Some(uuid.to_owned())),
+            _ => (s, None),
+        };
+        let (host_port, started) = rest.rsplit_once('/')?;
         Some(ServerId {
             host_port: host_port.to_owned(),
             started: started.parse().ok()?,
+            galera,
         })
     }
 
@@ -135,13 +335,19 @@ impl ServerId {
     /// uptime, so two readings of one start may differ by a second; a restart within two
     /// seconds of the previous start is not a real case.
     pub fn same_life(&self, other: &ServerId) -> bool {
-        self.host_port == other.host_port && (self.started - other.started).abs() <= 2
+        self.host_port == other.host_port
+            && (self.started - other.started).abs() <= 2
+            && self.galera == other.galera
     }
 }
 
 impl std::fmt::Display for ServerId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.host_port, self.started)
+        write!(f, "{}/{}", self.host_port, self.started)?;
+        if let Some(uuid) = &self.galera {
+            write!(f, "/galera:{uuid}")?;
+        }
+        Ok(())
     }
 }
 
@@ -154,8 +360,19 @@ mod tests {
         let a = ServerId {
             host_port: "db:3306".into(),
             started: 1000,
+            galera: None,
         };
         assert_eq!(ServerId::parse(&a.to_string()), Some(a.clone()));
+        let node = ServerId {
+            galera: Some("29ab696b-e67e-11f1-aee0-3a699539bd45".into()),
+            ..a.clone()
+        };
+        assert_eq!(
+            node.to_string(),
+            "db:3306/1000/galera:29ab696b-e67e-11f1-aee0-3a699539bd45"
+        );
+        assert_eq!(ServerId::parse(&node.to_string()), Some(node.clone()));
+        assert!(!a.same_life(&node));
         assert!(a.same_life(&ServerId {
             started: 1001,
             ..a.clone()
@@ -168,5 +385,40 @@ mod tests {
             host_port: "db2:3306".into(),
             ..a.clone()
         }));
+        assert_eq!(ServerId::parse("db:3306"), None);
+        assert_eq!(ServerId::parse("db:3306/soon"), None);
+    }
+
+    #[test]
+    fn errors_are_sorted_by_what_they_say_of_the_connection() {
+        let server = |code, state: &str| {
+            anyhow::Error::new(mysql_async::Error::Server(mysql_async::ServerError {
+                code,
+                message: "m".into(),
+                state: state.into(),
+            }))
+            .context("writing outcomes")
+        };
+        assert_eq!(classify(&server(1213, "40001")), Failure::Conflict);
+        assert_eq!(classify(&server(1205, "HY000")), Failure::Conflict);
+        assert_eq!(classify(&server(1644, "45000")), Failure::Refused);
+        assert_eq!(classify(&server(1452, "23000")), Failure::Refused);
+        assert_eq!(classify(&server(1406, "22001")), Failure::Refused);
+        // Read-only after a failover, a killed connection: reconnect.
+        assert_eq!(classify(&server(1290, "HY000")), Failure::Connection);
+        assert_eq!(classify(&server(1927, "70100")), Failure::Connection);
+        assert_eq!(classify(&anyhow::anyhow!("closed")), Failure::Connection);
+    }
+
+    #[test]
+    fn a_multiplexing_proxy_is_told_apart() {
+        assert!(check_not_proxied(7, 7).is_ok());
+        // Only 32 bits of the id travel in the handshake.
+        assert!(check_not_proxied(5, (1 << 32) + 5).is_ok());
+        let e = check_not_proxied(7, 12).unwrap_err();
+        assert!(
+            e.contains("(7)") && e.contains("(12)") && e.contains("proxy"),
+            "{e}"
+        );
     }
 }

@@ -95,9 +95,9 @@ pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<u64, Error> {
             settings.path.display()
         );
     }
-    let mut conn = db::connect(&settings.database.opts)
+    let mut conn = db::connect(&settings.database)
         .await
-        .map_err(|e| Error::new(ExitCode::Unavailable, e.context("database")))?;
+        .map_err(|e| Error::new(e.exit_code(), e))?;
     schema::check(&mut conn)
         .await
         .or_exit(ExitCode::Unavailable)?

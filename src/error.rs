@@ -42,9 +42,48 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // `{:#}` prints the whole cause chain on one line: "a: b: c".
-        write!(f, "{:#}", self.source)
+        f.write_str(&chain(&*self.source))
     }
+}
+
+/// The whole cause chain of `e` on one line, "a: b: c", each cause once. Many errors (the
+/// driver's, std's I/O errors) already end their own message with their source's, which
+/// anyhow's `{:#}` would then print again: "I/O error: I/O error: closed: closed".
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let messages: Vec<String> = std::iter::successors(Some(e), |e| e.source())
+        .map(|e| e.to_string())
+        .collect();
+    let mut parts: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < messages.len() {
+        let message = messages[i].as_str();
+        i += 1;
+        let own = match messages.get(i) {
+            // "a: b" above "b": keep "a", then "b".
+            Some(next) if message.ends_with(next.as_str()) => {
+                message[..message.len() - next.len()].trim_end_matches([':', ' '])
+            }
+            // The source quoted inside the message: the message says it all.
+            Some(_) => {
+                while messages
+                    .get(i)
+                    .is_some_and(|n| message.contains(n.as_str()))
+                {
+                    i += 1;
+                }
+                message
+            }
+            None => message,
+        };
+        if !own.is_empty() && parts.last() != Some(&own) {
+            parts.push(own);
+        }
+    }
+    parts
+        .join(": ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Attaches an exit code to any error.
@@ -55,5 +94,33 @@ pub trait OrExit<T> {
 impl<T, E: Into<anyhow::Error>> OrExit<T> for Result<T, E> {
     fn or_exit(self, code: ExitCode) -> Result<T, Error> {
         self.map_err(|e| Error::new(code, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_chain_is_printed_once() {
+        let io = std::io::Error::other("connection closed");
+        let driver = mysql_async::Error::Io(mysql_async::IoError::Io(io));
+        let e = anyhow::Error::new(driver).context("writing outcomes");
+        assert_eq!(
+            chain(&*e),
+            "writing outcomes: Input/output error: connection closed"
+        );
+        let e = anyhow::anyhow!("b").context("a");
+        assert_eq!(chain(&*e), "a: b");
+        let server = mysql_async::Error::Server(mysql_async::ServerError {
+            code: 1205,
+            message: "Lock wait timeout exceeded".into(),
+            state: "HY000".into(),
+        });
+        let e = anyhow::Error::new(server).context("staging");
+        assert_eq!(
+            chain(&*e),
+            "staging: Server error: `ERROR 1205 (HY000): Lock wait timeout exceeded'"
+        );
     }
 }

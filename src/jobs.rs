@@ -52,40 +52,46 @@ fn in_list<T: Clone + Into<Value>>(values: &[T]) -> (String, Vec<Value>) {
     (vec!["?"; n].join(", "), bound)
 }
 
-/// Claims up to `limit` due jobs of `queues` with the batch_id pattern: one UPDATE stamps
-/// them, one SELECT reads them back. Returns them in run order.
+/// The claim statement (see [`claim`]); public so that the benchmark can EXPLAIN it.
+pub const CLAIM: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+     SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
+         worker = ?, claimed_at = NOW(6), attempts = attempts + 1 \
+     WHERE status = 'pending' AND queue = ? AND run_at <= NOW(6) \
+     ORDER BY status, queue, priority DESC, id LIMIT ?";
+
+/// Claims up to `limit` due jobs of one queue with the batch_id pattern: the UPDATE stamps
+/// them, [`read_batch`] reads them back. Returns how many it claimed. One queue per statement:
+/// the claim index `(status, queue, priority DESC, id)` then walks only this queue's pending
+/// rows, in run order, and stops after `limit`, whatever other queues hold. FORCE INDEX: left
+/// alone, the optimizer may pick another index with `status` in it and sort every pending
+/// row. `run_at <= NOW(6)` skips the few rows a producer inserted with a future run_at that
+/// the stager has not moved to `scheduled` yet. The ORDER BY names the index's whole prefix,
+/// constant as status and queue are: MariaDB's UPDATE follows the index only then, and sorts
+/// every pending row of the queue otherwise.
 pub async fn claim(
     conn: &mut Conn,
     batch_id: u64,
-    queues: &[String],
+    queue: &str,
     limit: usize,
     who: &Claimer<'_>,
-) -> anyhow::Result<Vec<ClaimedJob>> {
-    let (list, queue_values) = in_list(queues);
-    // FORCE INDEX: left alone, the optimizer may pick another index with `status` in it and
-    // filesort every pending row; the claim index walks pending rows in run order and stops
-    // after `limit` (see tests/claim_cost.rs).
-    let sql = format!(
-        "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
-         SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
-             worker = ?, claimed_at = NOW(6), attempts = attempts + 1 \
-         WHERE status = 'pending' AND run_at <= NOW(6) AND queue IN ({list}) \
-         ORDER BY priority DESC, id LIMIT ?"
-    );
-    let mut params: Vec<Value> = vec![batch_id.into(), who.owner_server.into(), who.worker.into()];
-    params.extend(queue_values);
-    params.push((limit as u64).into());
-    conn.exec_drop(sql, Params::Positional(params))
-        .await
-        .context("claiming jobs")?;
-    if conn.affected_rows() == 0 {
-        return Ok(Vec::new());
-    }
-    type Row = (u64, String, Vec<u8>, u32, Option<u32>);
+) -> anyhow::Result<usize> {
+    conn.exec_drop(
+        CLAIM,
+        (batch_id, who.owner_server, who.worker, queue, limit as u64),
+    )
+    .await
+    .with_context(|| format!("claiming jobs of queue {queue}"))?;
+    Ok(conn.affected_rows() as usize)
+}
+
+/// The jobs a claim stamped with `batch_id`, in run order. Served by the batch_id index.
+pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<ClaimedJob>> {
+    // The queue as bytes: the column is binary, and no row may make the conversion panic.
+    type Row = (u64, Vec<u8>, Vec<u8>, u32, Option<u32>);
     let rows: Vec<Row> = conn
         .exec(
             "SELECT id, queue, payload, attempts, max_attempts FROM myjob_jobs \
-             WHERE batch_id = ? ORDER BY priority DESC, id",
+             WHERE batch_id = ? AND status = 'claimed' ORDER BY priority DESC, id",
             (batch_id,),
         )
         .await
@@ -94,11 +100,84 @@ pub async fn claim(
         .into_iter()
         .map(|(id, queue, payload, attempt, max_attempts)| ClaimedJob {
             id,
-            queue,
+            queue: String::from_utf8_lossy(&queue).into_owned(),
             payload,
             attempt,
             max_attempts,
         })
+        .collect())
+}
+
+/// The most rows one stager statement moves; it repeats while it moves that many.
+const STAGE_CHUNK: u64 = 1000;
+
+/// The stager: moves due `scheduled` jobs to `pending`, and jobs a producer inserted as
+/// `pending` with a future run_at to `scheduled`, so that the claim's range holds due jobs
+/// only. Two ranges of the `(status, run_at)` index: when nothing is due, a read of an entry
+/// or two. The UPDATE repeats while it moves a whole chunk, a bounded number of times: the
+/// loop must keep turning.
+/// Returns how many jobs it moved.
+pub async fn stage(conn: &mut Conn) -> anyhow::Result<u64> {
+    // A plain read first, which takes no lock: an UPDATE's range scan locks the first row
+    // past each range, a claimed row that outcome writes and claims are busy with, and when
+    // nothing is due (nearly always) there is nothing to change anyway.
+    let due: Option<u8> = conn
+        .query_first(
+            "SELECT 1 FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
+             WHERE (status = 'scheduled' AND run_at <= NOW(6)) \
+                OR (status = 'pending' AND run_at > NOW(6)) \
+             LIMIT 1",
+        )
+        .await
+        .context("looking for jobs to stage")?;
+    if due.is_none() {
+        return Ok(0);
+    }
+    let mut moved = 0;
+    for _ in 0..10 {
+        conn.exec_drop(
+            "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_due) \
+             SET status = IF(status = 'scheduled', 'pending', 'scheduled') \
+             WHERE (status = 'scheduled' AND run_at <= NOW(6)) \
+                OR (status = 'pending' AND run_at > NOW(6)) \
+             LIMIT ?",
+            (STAGE_CHUNK,),
+        )
+        .await
+        .context("staging scheduled jobs")?;
+        let n = conn.affected_rows();
+        moved += n;
+        if n < STAGE_CHUNK {
+            break;
+        }
+    }
+    Ok(moved)
+}
+
+/// Of the claims `(id, batch_id)`, those the reaper has not put back. Served by the batch_id
+/// index.
+pub async fn still_claimed(conn: &mut Conn, claims: &[(u64, u64)]) -> anyhow::Result<Vec<u64>> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut batches: Vec<u64> = claims.iter().map(|c| c.1).collect();
+    batches.sort_unstable();
+    batches.dedup();
+    let (list, params) = in_list(&batches);
+    let rows: Vec<(u64, u64)> = conn
+        .exec(
+            format!(
+                "SELECT id, batch_id FROM myjob_jobs \
+                 WHERE batch_id IN ({list}) AND status = 'claimed'"
+            ),
+            Params::Positional(params),
+        )
+        .await
+        .context("reading which claims are still held")?;
+    Ok(claims
+        .iter()
+        .filter(|c| rows.contains(c))
+        .map(|c| c.0)
         .collect())
 }
 
@@ -107,7 +186,7 @@ pub async fn claim(
 pub enum Write {
     /// The handler succeeded.
     Done,
-    /// Back to `pending`, due again after `delay`.
+    /// `scheduled`, due again after `delay`.
     Retry { delay: Duration, error: String },
     /// Out of attempts, or a permanent failure.
     Fail { error: String },
@@ -150,8 +229,10 @@ pub async fn write_outcomes(conn: &mut Conn, outcomes: &[Outcome]) -> anyhow::Re
                 }
                 continue;
             }
+            // Scheduled, out of the claim's range until the stager finds it due.
             Write::Retry { delay, error } => (
-                "UPDATE myjob_jobs SET status = 'pending', run_at = NOW(6) + INTERVAL ? MICROSECOND, \
+                "UPDATE myjob_jobs SET status = 'scheduled', \
+                     run_at = NOW(6) + INTERVAL ? MICROSECOND, \
                      last_error = ?, batch_id = NULL, owner_conn = NULL, owner_server = NULL, \
                      worker = NULL, claimed_at = NULL \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
@@ -264,6 +345,8 @@ pub struct OldClaim {
     pub owner_conn: Option<u64>,
     pub owner_server: Option<String>,
     pub attempts: u32,
+    /// Rescues so far.
+    pub rescues: u32,
 }
 
 /// Claims made more than `older_than` ago (at most `limit` of them).
@@ -272,10 +355,10 @@ pub async fn old_claims(
     older_than: Duration,
     limit: usize,
 ) -> anyhow::Result<Vec<OldClaim>> {
-    type Row = (u64, Option<u64>, Option<u64>, Option<String>, u32);
+    type Row = (u64, Option<u64>, Option<u64>, Option<String>, u32, u32);
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT id, batch_id, owner_conn, owner_server, attempts \
+            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues \
              FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
              WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
              ORDER BY claimed_at LIMIT ?",
@@ -286,29 +369,66 @@ pub async fn old_claims(
     Ok(rows
         .into_iter()
         .map(
-            |(id, batch_id, owner_conn, owner_server, attempts)| OldClaim {
+            |(id, batch_id, owner_conn, owner_server, attempts, rescues)| OldClaim {
                 id,
                 batch_id,
                 owner_conn,
                 owner_server,
                 attempts,
+                rescues,
             },
         )
         .collect())
 }
 
-/// Puts a dead owner's claim back to `pending`, due at once. The attempt is given back: it
-/// never reported a result, which is the worker's failure, not the job's (the same rule as a
-/// handler cut short by a shutdown). Fenced by the batch_id and owner the reaper saw, so a
-/// claim that its worker's new connection adopted meanwhile is left alone. Returns whether
-/// the row changed.
-pub async fn reset_claim(conn: &mut Conn, claim: &OldClaim, error: &str) -> anyhow::Result<bool> {
+/// What [`rescue`] did with a dead owner's claim.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rescued {
+    /// Back to `pending`, due at once, the attempt given back.
+    Pending,
+    /// Failed: its worker vanished while running it `max_rescues` times.
+    Failed,
+    /// The row had changed meanwhile (adopted, finished, or rescued by another reaper).
+    Gone,
+}
+
+/// Rescues a dead owner's claim: back to `pending`, due at once, and the attempt is given
+/// back: it never reported a result, which is the worker's failure, not the job's (the same
+/// rule as a handler cut short by a shutdown). Each rescue is counted, and the one that
+/// reaches `max_rescues` fails the job instead: a job that brings its worker down (the OOM
+/// killer, a crash) would otherwise run for ever. Fenced by the batch_id and owner the reaper
+/// saw, so a claim that its worker's new connection adopted meanwhile is left alone. Served
+/// by the primary key.
+pub async fn rescue(
+    conn: &mut Conn,
+    claim: &OldClaim,
+    why: &str,
+    max_rescues: u32,
+) -> anyhow::Result<Rescued> {
+    let last_straw = claim.rescues + 1 >= max_rescues;
+    let (sql, error) = if last_straw {
+        (
+            "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ?, \
+                 rescues = rescues + 1 \
+             WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
+               AND status = 'claimed'",
+            format!(
+                "its worker died while running it {} times (last: {why})",
+                claim.rescues + 1
+            ),
+        )
+    } else {
+        (
+            "UPDATE myjob_jobs SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, \
+                 run_at = NOW(6), last_error = ?, batch_id = NULL, owner_conn = NULL, \
+                 owner_server = NULL, worker = NULL, claimed_at = NULL, rescues = rescues + 1 \
+             WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
+               AND status = 'claimed'",
+            why.to_owned(),
+        )
+    };
     conn.exec_drop(
-        "UPDATE myjob_jobs SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, \
-             run_at = NOW(6), last_error = ?, batch_id = NULL, owner_conn = NULL, \
-             owner_server = NULL, worker = NULL, claimed_at = NULL \
-         WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
-           AND status = 'claimed'",
+        sql,
         (
             error,
             claim.id,
@@ -318,8 +438,12 @@ pub async fn reset_claim(conn: &mut Conn, claim: &OldClaim, error: &str) -> anyh
         ),
     )
     .await
-    .context("resetting a stale claim")?;
-    Ok(conn.affected_rows() == 1)
+    .context("rescuing a stale claim")?;
+    Ok(match (conn.affected_rows() == 1, last_straw) {
+        (false, _) => Rescued::Gone,
+        (true, false) => Rescued::Pending,
+        (true, true) => Rescued::Failed,
+    })
 }
 
 /// A job to insert.
@@ -352,12 +476,20 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
         .await
         .context("starting the enqueue transaction")?;
     // `id = LAST_INSERT_ID(id)` makes the existing row's id the one the client reads back.
+    // A delayed job is `scheduled`, out of the claim's range until it is due. The assignments
+    // read the old status, so it is assigned last.
+    let status = if job.delay.is_zero() {
+        "pending"
+    } else {
+        "scheduled"
+    };
     tx.exec_drop(
-        "INSERT INTO myjob_jobs (queue, payload, priority, max_attempts, run_at, unique_key) \
-         VALUES (?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND, ?) \
+        "INSERT INTO myjob_jobs (queue, payload, priority, max_attempts, run_at, unique_key, status) \
+         VALUES (?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND, ?, ?) \
          ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), \
-             payload = IF(status = 'pending', VALUES(payload), payload), \
-             run_at = IF(status = 'pending', VALUES(run_at), run_at)",
+             payload = IF(status IN ('pending', 'scheduled'), VALUES(payload), payload), \
+             run_at = IF(status IN ('pending', 'scheduled'), VALUES(run_at), run_at), \
+             status = IF(status IN ('pending', 'scheduled'), VALUES(status), status)",
         (
             &job.queue,
             &job.payload,
@@ -365,6 +497,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
             job.max_attempts,
             job.delay.as_micros() as u64,
             &job.unique_key,
+            status,
         ),
     )
     .await
@@ -379,7 +512,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
         .context("reading the job back")?;
     let result = match status.as_deref() {
         _ if inserted => Enqueued::Inserted(id),
-        Some("pending") => Enqueued::Replaced(id),
+        Some("pending" | "scheduled") => Enqueued::Replaced(id),
         _ => Enqueued::Running(id),
     };
     tx.commit().await.context("committing the job")?;

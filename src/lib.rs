@@ -15,4 +15,5 @@ pub mod notify;
 pub mod reaper;
 pub mod retry;
 pub mod schema;
+pub mod servers;
 pub mod stats;

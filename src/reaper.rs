@@ -5,32 +5,44 @@
 //! longer in the processlist, or belongs to an earlier start of the server (connection ids
 //! restart at 1). A live claimer's jobs are never touched, however long they run.
 //!
+//! A claim made through another server, or an earlier start of this one, cannot be judged by
+//! this processlist. Every reaper stamps its server in `myjob_servers` at each pass; a claim
+//! whose server has had no heartbeat for `stale_after` (plus one `interval`) belongs to
+//! connections that are all gone: a primary replaced after a failover, a server restarted
+//! (ids start again at 1) or renamed. On a Galera node the cluster's own member list adds
+//! one rule: a claim made through a member is left to that node's reapers however quiet its
+//! workers are, while a node that has left is judged by its heartbeat like any server.
+//!
 //! A stale claim is put back only when two passes in a row (one `interval` apart) find it
-//! so, and claims of an earlier start of the server only once the reaper has been connected
-//! to the new one for `stale_after`: an instance that merely lost its connection, or waited
-//! out a restart of the server, gets that long to reconnect and re-own its claims, rather
-//! than see its running jobs handed to another worker and run twice.
+//! so, and claims of another server only once the reaper has been connected to this one for
+//! `stale_after`: an instance that merely lost its connection, or waited out a restart or a
+//! failover, gets that long to reconnect and re-own its claims, rather than see its running
+//! jobs handed to another worker and run twice.
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use mysql_async::prelude::*;
-use mysql_async::{Conn, Opts};
+use mysql_async::Conn;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::config::Settings;
+use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, ServerId};
-use crate::jobs::{self, OldClaim};
+use crate::jobs::{self, OldClaim, Rescued};
+use crate::servers;
 
 /// The most stale claims handled in one pass; the rest wait for the next.
 const MAX_PER_PASS: usize = 1000;
 
+/// Servers not heard of for this long are forgotten (they count as gone before that).
+const FORGET_SERVERS_AFTER: Duration = Duration::from_secs(24 * 3600);
+
 pub struct Reaper {
-    opts: Opts,
+    db: DatabaseSettings,
     settings: watch::Receiver<Arc<Settings>>,
     /// The connection, the server it reaches, and since when.
     conn: Option<(Conn, ServerId, Instant)>,
@@ -46,16 +58,16 @@ type Suspect = (u64, Option<u64>, Option<u64>);
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Alive,
-    /// Claimed through another server: its processlist is not ours to read.
+    /// Claimed through another server that is alive: its processlist is not ours to read.
     Foreign,
     /// The owner is gone; the text says why.
     Dead(String),
 }
 
 impl Reaper {
-    pub fn new(opts: Opts, settings: watch::Receiver<Arc<Settings>>) -> Self {
+    pub fn new(db: DatabaseSettings, settings: watch::Receiver<Arc<Settings>>) -> Self {
         Reaper {
-            opts,
+            db,
             settings,
             conn: None,
             refused: false,
@@ -73,7 +85,7 @@ impl Reaper {
                 _ = tokio::time::sleep(interval) => {}
             }
             if let Err(e) = self.pass().await {
-                warn!("reaper: {e:#}");
+                warn!("reaper: {}", crate::error::chain(&*e));
                 self.conn = None;
             }
         }
@@ -84,9 +96,7 @@ impl Reaper {
 
     async fn pass(&mut self) -> anyhow::Result<()> {
         if self.conn.is_none() {
-            let mut conn = db::connect(&self.opts)
-                .await
-                .context("cannot connect to the database")?;
+            let mut conn = db::connect(&self.db).await?;
             let server = ServerId::of(&mut conn).await?;
             self.conn = Some((conn, server, Instant::now()));
         }
@@ -94,39 +104,67 @@ impl Reaper {
         let Some((conn, server, since)) = self.conn.as_mut() else {
             return Ok(());
         };
-        // The lock is named after the database, so that separate myjob databases on one
-        // server each get a reaper.
-        let locked: Option<i64> = conn
-            .query_first("SELECT GET_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64), 0)")
-            .await
-            .context("taking the reaper lock")?;
-        if locked != Some(1) {
+        // Every reaper, lock or not: the claimers on this server are vouched for.
+        servers::stamp(conn, server).await?;
+        let lock = take_lock(conn).await?;
+        if lock == Lock::Busy {
             debug!("reaper: another instance holds the reaper lock");
             return Ok(());
         }
-        // A server restart always breaks this connection, so a recent connection is how the
-        // reaper knows the owners of claims from before a restart may still be reconnecting.
-        let just_connected = since.elapsed() < settings.reaper.stale_after;
+        // A server restart or a failover always breaks this connection, so a recent connection
+        // is how the reaper knows the owners of claims made elsewhere may still be reconnecting.
+        let settled = since.elapsed() >= settings.reaper.stale_after;
         let result = reap(
             conn,
             server,
-            just_connected,
+            settled,
             &settings,
             &mut self.refused,
             &mut self.suspects,
         )
         .await;
-        conn.query_drop("DO RELEASE_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64))")
-            .await
-            .context("releasing the reaper lock")?;
+        if lock == Lock::Held {
+            conn.query_drop("DO RELEASE_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64))")
+                .await
+                .context("releasing the reaper lock")?;
+        }
         result
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Lock {
+    Held,
+    /// Another instance's reaper holds it.
+    Busy,
+    /// The server refuses lock functions: some MariaDB Galera releases do with wsrep on
+    /// (MDEV-30473). Every reaper then acts: each reset is fenced by the batch_id and owner it
+    /// judged, so two reapers never put one claim back twice.
+    Unsupported,
+}
+
+/// Takes the reaper lock without waiting. It is named after the database, so that separate
+/// myjob databases on one server each get a reaper.
+async fn take_lock(conn: &mut Conn) -> anyhow::Result<Lock> {
+    const ER_NOT_SUPPORTED_YET: u16 = 1235;
+    let got: Result<Option<(Option<i64>,)>, _> = conn
+        .query_first("SELECT GET_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64), 0)")
+        .await;
+    match got {
+        Ok(Some((Some(1),))) => Ok(Lock::Held),
+        Ok(_) => Ok(Lock::Busy),
+        Err(mysql_async::Error::Server(e)) if e.code == ER_NOT_SUPPORTED_YET => {
+            debug!("reaper: the server has no lock functions, so every reaper acts");
+            Ok(Lock::Unsupported)
+        }
+        Err(e) => Err(e).context("taking the reaper lock"),
     }
 }
 
 async fn reap(
     conn: &mut Conn,
     server: &ServerId,
-    just_connected: bool,
+    settled: bool,
     settings: &Settings,
     refused: &mut bool,
     suspects: &mut HashSet<Suspect>,
@@ -135,7 +173,7 @@ async fn reap(
     // other worker would look dead: refuse rather than reset live claims.
     if !has_process_privilege(conn).await? {
         if !*refused {
-            error!("reaper: the database account lacks the PROCESS privilege, so it cannot see other workers' connections; refusing to reap (GRANT PROCESS ON *.* TO the account)");
+            error!("reaper: the database account lacks the PROCESS privilege, so it cannot see other workers' connections; refusing to reap (GRANT PROCESS ON *.* TO the account, or to a role that is its default role)");
             *refused = true;
         }
         return Ok(());
@@ -145,20 +183,38 @@ async fn reap(
     // Old claims first, then the live connections: an owner seen alive in the claim and gone
     // from the later list is dead; one that reconnected and adopted its claims in between has
     // a new owner_conn, and the reset below, fenced by the old one, leaves it alone.
-    let old = jobs::old_claims(conn, settings.reaper.stale_after, MAX_PER_PASS).await?;
+    let stale_after = settings.reaper.stale_after;
+    servers::prune(conn, FORGET_SERVERS_AFTER.max(stale_after * 2)).await?;
+    let old = jobs::old_claims(conn, stale_after, MAX_PER_PASS).await?;
     let last_pass = std::mem::take(suspects);
     if old.is_empty() {
         return Ok(());
     }
+    // SHOW PROCESSLIST rather than information_schema.PROCESSLIST, which MySQL deprecates
+    // (8.0.35+); the statement stays on both servers, and its first column is the id.
     let live: HashSet<u64> = conn
-        .query::<u64, _>("SELECT ID FROM information_schema.PROCESSLIST")
+        .query::<mysql_async::Row, _>("SHOW PROCESSLIST")
         .await
         .context("reading the processlist")?
         .into_iter()
+        .filter_map(|row| row.get::<u64, _>(0))
         .collect();
+    let members = match server.galera {
+        Some(_) => servers::galera_members(conn).await,
+        None => None,
+    };
+    let view = View {
+        me: server,
+        live,
+        heartbeats: servers::heartbeats(conn).await?,
+        members,
+        // One pass of slack: a live server is stamped once per interval.
+        stale: stale_after + settings.reaper.interval,
+        settled,
+    };
     let mut foreign = 0;
     for claim in &old {
-        let reason = match judge(claim, server, &live, just_connected) {
+        let reason = match judge(claim, &view) {
             Verdict::Alive => continue,
             Verdict::Foreign => {
                 foreign += 1;
@@ -175,67 +231,120 @@ async fn reap(
             suspects.insert(suspect);
             continue;
         }
-        let error = format!("attempt {} abandoned: {reason}", claim.attempts);
-        if jobs::reset_claim(conn, claim, &error).await? {
-            warn!(
+        let why = format!("attempt {} abandoned: {reason}", claim.attempts);
+        let max = settings.reaper.max_rescues;
+        match jobs::rescue(conn, claim, &why, max).await? {
+            Rescued::Pending => warn!(
                 job_id = claim.id,
                 attempt = claim.attempts,
+                rescues = claim.rescues + 1,
                 "reaper: stale claim put back: {reason}"
-            );
+            ),
+            Rescued::Failed => error!(
+                job_id = claim.id,
+                attempt = claim.attempts,
+                rescues = claim.rescues + 1,
+                "reaper: job failed: its worker died while running it {} times (last: {reason})",
+                claim.rescues + 1
+            ),
+            Rescued::Gone => {}
         }
     }
     if foreign > 0 {
         info!(
             claims = foreign,
-            "reaper: old claims made through another server are left to that server's reaper"
+            "reaper: old claims made through another live server are left to that server's reapers"
         );
     }
     Ok(())
 }
 
-/// `just_connected`: the reaper has been connected for less than `stale_after`, so the owners
-/// of claims made before a restart of the server may still be reconnecting.
-fn judge(claim: &OldClaim, me: &ServerId, live: &HashSet<u64>, just_connected: bool) -> Verdict {
+/// What one pass knows to judge claims by.
+struct View<'a> {
+    /// The server this reaper is connected to.
+    me: &'a ServerId,
+    /// Its processlist.
+    live: HashSet<u64>,
+    /// Every server's last stamp, and its age.
+    heartbeats: Vec<(ServerId, Duration)>,
+    /// On a Galera node: the member ids of its cluster.
+    members: Option<HashSet<String>>,
+    /// A server without a stamp for this long is gone.
+    stale: Duration,
+    /// The reaper has been connected for `stale_after`: owners of claims made elsewhere have
+    /// had that long to reconnect and re-own them.
+    settled: bool,
+}
+
+fn judge(claim: &OldClaim, view: &View) -> Verdict {
+    let me = view.me;
     let Some(owner) = claim.owner_server.as_deref().and_then(ServerId::parse) else {
         return Verdict::Dead("its claim names no owner".into());
     };
-    if owner.host_port != me.host_port {
-        return Verdict::Foreign;
+    if owner.same_life(me) {
+        return match claim.owner_conn {
+            Some(id) if view.live.contains(&id) => Verdict::Alive,
+            Some(id) => Verdict::Dead(format!("its claimer's connection {id} is gone")),
+            None => Verdict::Dead("its claim names no connection".into()),
+        };
     }
-    if !owner.same_life(me) {
-        if just_connected {
-            return Verdict::Alive;
-        }
-        return Verdict::Dead(format!(
-            "the server has restarted since ({owner} then, {me} now)"
-        ));
-    }
-    match claim.owner_conn {
-        Some(id) if live.contains(&id) => Verdict::Alive,
-        Some(id) => Verdict::Dead(format!("its claimer's connection {id} is gone")),
-        None => Verdict::Dead("its claim names no connection".into()),
+    // Made through another server, or an earlier start of this one: alive while it stamps its
+    // heartbeat. A Galera member is alive however quiet its reapers are (its processlist, not
+    // ours, judges its claims); a node that has left gets the same grace as any server, so
+    // that its instances may reconnect when it comes back quickly.
+    let stamped = view
+        .heartbeats
+        .iter()
+        .any(|(s, age)| s.same_life(&owner) && *age < view.stale);
+    let member = match (&owner.galera, &view.members) {
+        (Some(uuid), Some(members)) => members.contains(uuid),
+        _ => false,
+    };
+    let alive = stamped || member;
+    let left = if view.members.is_some() && owner.galera.is_some() {
+        "its Galera node has left the cluster and "
+    } else {
+        ""
+    };
+    let gone = format!(
+        "{left}its server {owner} has had no heartbeat for {} ({me} now)",
+        humantime::format_duration(view.stale)
+    );
+    if alive {
+        Verdict::Foreign
+    } else if !view.settled {
+        Verdict::Alive
+    } else {
+        Verdict::Dead(gone)
     }
 }
 
-/// Whether the current account holds PROCESS globally.
+/// Whether the current account holds PROCESS globally, directly or through an active role.
+/// `SHOW GRANTS` for the session lists both on MySQL and MariaDB alike, where
+/// information_schema.USER_PRIVILEGES shows only what was granted to the account itself.
 async fn has_process_privilege(conn: &mut Conn) -> anyhow::Result<bool> {
-    let user: Option<String> = conn.query_first("SELECT CURRENT_USER()").await?;
-    let user = user.unwrap_or_default();
-    let (name, host) = user.rsplit_once('@').unwrap_or((&user, "%"));
-    let grantee = format!(
-        "'{}'@'{}'",
-        name.replace('\'', "''"),
-        host.replace('\'', "''")
-    );
-    let n: Option<i64> = conn
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES \
-             WHERE PRIVILEGE_TYPE = 'PROCESS' AND GRANTEE = ?",
-            (grantee,),
-        )
+    let grants: Vec<String> = conn
+        .query("SHOW GRANTS")
         .await
         .context("checking the PROCESS privilege")?;
-    Ok(n.unwrap_or(0) > 0)
+    Ok(grants_process(&grants))
+}
+
+/// Whether one of `SHOW GRANTS`' lines gives PROCESS on `*.*`.
+fn grants_process(grants: &[String]) -> bool {
+    grants.iter().any(|line| {
+        let Some(rest) = line.strip_prefix("GRANT ") else {
+            return false;
+        };
+        let Some((privileges, on)) = rest.split_once(" ON ") else {
+            return false;
+        };
+        on.starts_with("*.* ")
+            && privileges
+                .split(',')
+                .map(str::trim)
+                .any(|p| p == "PROCESS" || p == "ALL PRIVILEGES" || p == "ALL")
+    })
 }
 
 #[cfg(test)]
@@ -249,42 +358,120 @@ mod tests {
             owner_conn,
             owner_server: owner_server.map(str::to_owned),
             attempts: 1,
+            rescues: 0,
+        }
+    }
+
+    fn server(s: &str) -> ServerId {
+        ServerId::parse(s).unwrap()
+    }
+
+    fn view<'a>(me: &'a ServerId, settled: bool) -> View<'a> {
+        View {
+            me,
+            live: [5].into(),
+            heartbeats: vec![
+                (server("other:3306/1000"), Duration::from_secs(1)),
+                (server("old:3306/1000"), Duration::from_secs(60)),
+            ],
+            members: None,
+            stale: Duration::from_secs(6),
+            settled,
         }
     }
 
     #[test]
     fn judges_owners_by_server_life_and_processlist() {
-        let me = ServerId {
-            host_port: "db:3306".into(),
-            started: 1000,
-        };
-        let live: HashSet<u64> = [5].into();
-        assert_eq!(
-            judge(&claim(Some("db:3306/1000"), Some(5)), &me, &live, false),
-            Verdict::Alive
-        );
+        let me = server("db:3306/1000");
+        let v = view(&me, true);
+        let judge_it =
+            |owner: Option<&str>, conn: Option<u64>, v: &View| judge(&claim(owner, conn), v);
+        assert_eq!(judge_it(Some("db:3306/1000"), Some(5), &v), Verdict::Alive);
         assert!(matches!(
-            judge(&claim(Some("db:3306/1001"), Some(6)), &me, &live, false),
+            judge_it(Some("db:3306/1001"), Some(6), &v),
             Verdict::Dead(_)
         ));
-        // Before the server has been up for stale_after, its previous life's owners may still
-        // be reconnecting.
-        assert_eq!(
-            judge(&claim(Some("db:3306/400"), Some(5)), &me, &live, true),
-            Verdict::Alive
-        );
         // An id that is live now but was issued by the server's previous life.
         assert!(matches!(
-            judge(&claim(Some("db:3306/400"), Some(5)), &me, &live, false),
+            judge_it(Some("db:3306/400"), Some(5), &v),
             Verdict::Dead(_)
         ));
+        // Before the reaper has been connected for stale_after, owners of claims made
+        // elsewhere may still be reconnecting.
+        let fresh = view(&me, false);
         assert_eq!(
-            judge(&claim(Some("other:3306/1000"), Some(6)), &me, &live, false),
+            judge_it(Some("db:3306/400"), Some(5), &fresh),
+            Verdict::Alive
+        );
+        assert_eq!(
+            judge_it(Some("gone:3306/1000"), Some(5), &fresh),
+            Verdict::Alive
+        );
+        // Another server: alive while it has a recent heartbeat, gone after.
+        assert_eq!(
+            judge_it(Some("other:3306/1000"), Some(6), &v),
             Verdict::Foreign
         );
         assert!(matches!(
-            judge(&claim(None, None), &me, &live, false),
+            judge_it(Some("old:3306/1000"), Some(6), &v),
             Verdict::Dead(_)
         ));
+        assert!(matches!(
+            judge_it(Some("gone:3306/1000"), Some(6), &v),
+            Verdict::Dead(_)
+        ));
+        assert!(matches!(judge_it(None, None, &v), Verdict::Dead(_)));
+    }
+
+    #[test]
+    fn galera_nodes_are_judged_by_the_member_list() {
+        let me = server("db:3311/1000/galera:aaa");
+        let mut v = view(&me, true);
+        v.members = Some(["aaa".to_owned(), "bbb".to_owned()].into());
+        let c = |owner: &str| claim(Some(owner), Some(9));
+        // A member is alive however old its heartbeat; a node that left is not, once its
+        // heartbeat is stale too.
+        assert_eq!(judge(&c("db:3312/1000/galera:bbb"), &v), Verdict::Foreign);
+        let Verdict::Dead(why) = judge(&c("db:3313/1000/galera:ccc"), &v) else {
+            panic!("a node that left the cluster holds its claims")
+        };
+        assert!(why.contains("left the cluster"), "{why}");
+        v.heartbeats
+            .push((server("db:3313/1000/galera:ccc"), Duration::from_secs(2)));
+        assert_eq!(judge(&c("db:3313/1000/galera:ccc"), &v), Verdict::Foreign);
+        // Without the member list (no SELECT on it), the heartbeats decide.
+        v.members = None;
+        assert!(matches!(
+            judge(&c("db:3312/1000/galera:bbb"), &v),
+            Verdict::Dead(_)
+        ));
+    }
+
+    #[test]
+    fn process_comes_directly_or_through_a_role() {
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // MySQL expands an active role into the account's own line.
+        assert!(grants_process(&lines(&[
+            "GRANT PROCESS ON *.* TO `r1`@`%`"
+        ])));
+        // MariaDB lists the active role's grants on their own line.
+        assert!(grants_process(&lines(&[
+            "GRANT `myjob_reaper` TO `r1`@`127.0.0.1`",
+            "GRANT USAGE ON *.* TO `r1`@`127.0.0.1` IDENTIFIED BY PASSWORD '*D82'",
+            "GRANT PROCESS ON *.* TO `myjob_reaper`",
+        ])));
+        assert!(grants_process(&lines(&[
+            "GRANT SELECT, PROCESS, RELOAD ON *.* TO `a`@`%`"
+        ])));
+        assert!(grants_process(&lines(&[
+            "GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"
+        ])));
+        assert!(!grants_process(&lines(&[
+            "GRANT USAGE ON *.* TO `w`@`%`",
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`myjob_jobs` TO `w`@`%`",
+            "GRANT ALL PRIVILEGES ON `app`.* TO `w`@`%`",
+            "GRANT PROXY ON ''@'%' TO `w`@`%`",
+            "GRANT `myjob_reaper`@`%` TO `w`@`%`",
+        ])));
     }
 }

@@ -6,11 +6,23 @@ use mysql_async::prelude::*;
 use mysql_async::Conn;
 
 /// Every migration, in order. Each is applied once and recorded in `myjob_schema_migrations`.
-const MIGRATIONS: &[(u32, &str, &str)] = &[(
-    1,
-    "create_jobs",
-    include_str!("../migrations/0001_create_jobs.sql"),
-)];
+const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (
+        1,
+        "create_jobs",
+        include_str!("../migrations/0001_create_jobs.sql"),
+    ),
+    (
+        2,
+        "create_servers",
+        include_str!("../migrations/0002_create_servers.sql"),
+    ),
+    (
+        3,
+        "claim_per_queue",
+        include_str!("../migrations/0003_claim_per_queue.sql"),
+    ),
+];
 
 /// The schema version this binary needs.
 pub fn latest() -> u32 {

@@ -215,7 +215,7 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
 
     let first = myjob(&["--config", c, "migrate"], b"");
     assert!(first.status.success(), "{}", stderr(&first));
-    assert!(String::from_utf8_lossy(&first.stdout).contains("applied migrations: [1]"));
+    assert!(String::from_utf8_lossy(&first.stdout).contains("applied migrations: [1, 2, 3]"));
     let second = myjob(&["--config", c, "migrate"], b"");
     assert!(String::from_utf8_lossy(&second.stdout).contains("schema is up to date"));
     let mut conn = db.conn().await;
@@ -223,7 +223,7 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
         .query_first("SELECT COUNT(*) FROM myjob_schema_migrations")
         .await
         .unwrap();
-    assert_eq!(n, Some(1));
+    assert_eq!(n, Some(3));
 
     conn.query_drop(
         "INSERT INTO myjob_schema_migrations (version, name) VALUES (99, 'from the future')",
@@ -247,45 +247,9 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
     edited(&config, &config, &[(&port, "127.0.0.1:1")]);
     let out = myjob(&["--config", c, "enqueue", "x"], b"");
     assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
-    assert!(error_line(&out).starts_with("database: "));
-}
-
-/// With 100k finished rows in the table, a claim of 100 reads about 100 rows: the index
-/// serves it. Counted from the Handler_read_* deltas, which show a scan EXPLAIN can hide.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_claim_reads_about_its_batch_size_at_any_table_size() {
-    let db = TestDb::new("claim_cost").await;
-    let mut conn = db.conn().await;
-    conn.query_drop("INSERT INTO myjob_jobs (queue, payload, status) SELECT 'q', 'x', 'done' FROM seq_1_to_100000").await.unwrap();
-    conn.query_drop("INSERT INTO myjob_jobs (queue, payload) SELECT 'q', 'x' FROM seq_1_to_2000")
-        .await
-        .unwrap();
-    conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
-
-    let mut claimer = myjob::db::connect(&mysql_async::Opts::from_url(&db.url).unwrap())
-        .await
-        .unwrap();
-    let reads = |rows: Vec<(String, u64)>| rows.into_iter().map(|r| r.1).sum::<u64>();
-    let status = "SHOW SESSION STATUS WHERE Variable_name LIKE 'Handler_read%'";
-    let first: Option<u64> = conn
-        .query_first("SELECT MIN(id) FROM myjob_jobs WHERE status = 'pending'")
-        .await
-        .unwrap();
-    let before = reads(claimer.query(status).await.unwrap());
-    let who = myjob::jobs::Claimer {
-        owner_server: "test",
-        worker: "test",
-    };
-    let got = myjob::jobs::claim(&mut claimer, 7, &["q".to_owned()], 100, &who)
-        .await
-        .unwrap();
-    let after = reads(claimer.query(status).await.unwrap());
-    assert_eq!(got.len(), 100);
-    assert_eq!(Some(got[0].id), first, "FIFO: the oldest pending job first");
-    let read = after - before;
-    eprintln!("rows read by claim + select of 100: {read}");
+    let line = error_line(&out);
     assert!(
-        read <= 500,
-        "a claim of 100 read {read} rows: it scans instead of using the index"
+        line.starts_with("database mysql://") && line.contains(": cannot connect: "),
+        "{line}"
     );
 }

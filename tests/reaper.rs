@@ -151,19 +151,10 @@ async fn without_process_the_reaper_refuses_and_resets_nothing() {
     .await
     .unwrap();
     // An abandoned claim: its owner connection id does not exist.
-    conn.query_drop(
-        "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id, owner_conn, owner_server, claimed_at) \
-         SELECT 'q', 'x', 'claimed', 1, 42, 999999999, \
-             CONCAT(@@hostname, ':', @@port, '/', UNIX_TIMESTAMP() - VARIABLE_VALUE), NOW(6) - INTERVAL 1 HOUR \
-         FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
-    )
-    .await
-    .unwrap();
+    db.insert_abandoned_claim(&db.server_id().await.to_string())
+        .await;
 
-    let config = db.config("", "");
-    let host_and_db = db.url.split_once('@').unwrap().1;
-    let url = format!("mysql://{user}:pw@{host_and_db}");
-    edited(&config, &config, &[(&db.url, &url)]);
+    let config = db.config_as(user, "pw");
     let w = Worker::start(&config, "1");
     w.wait_log("lacks the PROCESS privilege", 20).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -185,4 +176,49 @@ async fn without_process_the_reaper_refuses_and_resets_nothing() {
     conn.query_drop(format!("DROP USER '{user}'@'%'"))
         .await
         .unwrap();
+}
+
+/// PROCESS granted through a role that is the account's default role counts: the reaper
+/// puts back an abandoned claim and never says it lacks the privilege. The statement that
+/// makes a role the default differs: MySQL says `TO`, MariaDB `FOR`.
+#[tokio::test(flavor = "multi_thread")]
+async fn process_through_a_default_role_is_recognised() {
+    let db = TestDb::new("process_role").await;
+    let (user, role) = ("myjob_t_role_user", "myjob_t_reaper_role");
+    let mut conn = db.conn().await;
+    let default_role = if db.is_mariadb().await {
+        format!("SET DEFAULT ROLE {role} FOR '{user}'@'%'")
+    } else {
+        format!("SET DEFAULT ROLE {role} TO '{user}'@'%'")
+    };
+    for sql in [
+        format!("DROP USER IF EXISTS '{user}'@'%'"),
+        format!("DROP ROLE IF EXISTS {role}"),
+        format!("CREATE ROLE {role}"),
+        format!("GRANT PROCESS ON *.* TO {role}"),
+        format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'"),
+        format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON {}.* TO '{user}'@'%'",
+            db.name
+        ),
+        format!("GRANT {role} TO '{user}'@'%'"),
+        default_role,
+    ] {
+        conn.query_drop(&sql).await.unwrap();
+    }
+    let id = db
+        .insert_abandoned_claim(&db.server_id().await.to_string())
+        .await;
+
+    let config = db.config_as(user, "pw");
+    let w = Worker::start(&config, "1");
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 20)
+        .await;
+    assert!(w.log_text().contains("reaper: stale claim put back"));
+    assert!(!w.log_text().contains("PROCESS"), "{}", w.log_text());
+    drop(w);
+    conn.query_drop(format!("DROP USER '{user}'@'%'"))
+        .await
+        .unwrap();
+    conn.query_drop(format!("DROP ROLE {role}")).await.unwrap();
 }

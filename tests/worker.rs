@@ -96,7 +96,8 @@ async fn backoff_delays_each_retry() {
     );
     let ids = db.insert("q", &["fail"]).await;
     let _w = Worker::start(&config, "1");
-    db.wait_count("status = 'pending' AND attempts = 1", 1, 30)
+    // A retry waits out its backoff as `scheduled`, out of the claim's range.
+    db.wait_count("status = 'scheduled' AND attempts = 1", 1, 30)
         .await;
     let mut conn = db.conn().await;
     let delay: f64 = conn
@@ -374,14 +375,13 @@ async fn sigterm_releases_prefetched_jobs_without_using_an_attempt() {
     let db = TestDb::new("prefetch").await;
     // One slot and quick jobs: the completion rate makes the instance claim ahead.
     let config = db.config("concurrency = 1", "");
-    let mut conn = db.conn().await;
-    conn.query_drop(
-        "INSERT INTO myjob_jobs (queue, payload) SELECT 'q', 'sleep:0' FROM seq_1_to_3000",
-    )
-    .await
-    .unwrap();
+    db.insert_rows("(queue, payload)", "('q', 'sleep:0')", 3000)
+        .await;
     let mut w = Worker::start(&config, "1");
     db.wait_at_least("status = 'done'", 100, 60).await;
+    // One running and at least two claimed ahead: the stop then finds some not started, even
+    // if one more starts before the signal is seen.
+    db.wait_at_least("status = 'claimed'", 3, 60).await;
     w.signal(Signal::SIGTERM);
     assert_eq!(w.wait(20), Some(0), "{}", w.log_text());
     assert!(

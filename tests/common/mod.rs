@@ -16,6 +16,15 @@ pub fn server_url() -> String {
     std::env::var("MYJOB_TEST_SERVER").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
 
+/// The servers of a multi-primary cluster under test, one url per node (`MYJOB_TEST_NODES`,
+/// space-separated, the first one `MYJOB_TEST_SERVER`'s); a single server otherwise.
+pub fn nodes() -> Vec<String> {
+    match std::env::var("MYJOB_TEST_NODES") {
+        Ok(urls) if !urls.trim().is_empty() => urls.split_whitespace().map(str::to_owned).collect(),
+        _ => vec![server_url()],
+    }
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_myjob")
 }
@@ -39,9 +48,9 @@ impl TestDb {
     /// Creates `myjob_t_<tag>` afresh, without tables.
     pub async fn empty(tag: &str) -> TestDb {
         let name = format!("myjob_t_{tag}");
-        let mut root = Conn::new(Opts::from_url(&server_url()).unwrap()).await.expect(
-            "cannot reach MariaDB at 127.0.0.1:3306 (tests/run starts it; or set MYJOB_TEST_SERVER)",
-        );
+        let mut root = Conn::new(Opts::from_url(&server_url()).unwrap())
+            .await
+            .expect("cannot reach the test server (tests/run starts it; or set MYJOB_TEST_SERVER)");
         root.query_drop(format!("DROP DATABASE IF EXISTS {name}"))
             .await
             .unwrap();
@@ -54,6 +63,12 @@ impl TestDb {
             name,
             dir: tempfile::tempdir().unwrap(),
         }
+    }
+
+    /// This database's url through node `i` of [`nodes`] (counted round).
+    pub fn node_url(&self, i: usize) -> String {
+        let nodes = nodes();
+        format!("{}/{}", nodes[i % nodes.len()], self.name)
     }
 
     pub async fn conn(&self) -> Conn {
@@ -89,6 +104,15 @@ impl TestDb {
         path
     }
 
+    /// [`TestDb::config`] with no extras, connecting as `user` with `password`.
+    pub fn config_as(&self, user: &str, password: &str) -> PathBuf {
+        let config = self.config("", "");
+        let host_and_db = self.url.split_once('@').unwrap().1;
+        let url = format!("mysql://{user}:{password}@{host_and_db}");
+        edited(&config, &config, &[(&self.url, &url)]);
+        config
+    }
+
     /// Inserts jobs as an application would: plain SQL, only queue and payload.
     pub async fn insert(&self, queue: &str, payloads: &[&str]) -> Vec<u64> {
         let mut conn = self.conn().await;
@@ -103,6 +127,55 @@ impl TestDb {
             ids.push(conn.last_insert_id().unwrap());
         }
         ids
+    }
+
+    /// The identity of the server under test, as myjob reads it for `owner_server`.
+    pub async fn server_id(&self) -> myjob::db::ServerId {
+        myjob::db::ServerId::of(&mut self.conn().await)
+            .await
+            .unwrap()
+    }
+
+    /// Whether the server under test is a MariaDB (else a MySQL).
+    pub async fn is_mariadb(&self) -> bool {
+        let version: String = self
+            .conn()
+            .await
+            .query_first("SELECT VERSION()")
+            .await
+            .unwrap()
+            .unwrap();
+        version.contains("MariaDB")
+    }
+
+    /// Inserts a claim abandoned an hour ago by connection 999999999, which does not exist,
+    /// through the server `owner_server`. Returns its id.
+    pub async fn insert_abandoned_claim(&self, owner_server: &str) -> u64 {
+        let mut conn = self.conn().await;
+        conn.exec_drop(
+            "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id, owner_conn, \
+                 owner_server, claimed_at) \
+             VALUES ('q', 'x', 'claimed', 1, 42, 999999999, ?, NOW(6) - INTERVAL 1 HOUR)",
+            (owner_server,),
+        )
+        .await
+        .unwrap();
+        conn.last_insert_id().unwrap()
+    }
+
+    /// Inserts `n` copies of the row `values` into `columns`, a thousand to a statement (the
+    /// same on every server: MariaDB's seq_1_to_N tables are its own).
+    pub async fn insert_rows(&self, columns: &str, values: &str, n: usize) {
+        let mut conn = self.conn().await;
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(1000);
+            let rows = vec![values; k].join(", ");
+            conn.query_drop(format!("INSERT INTO myjob_jobs {columns} VALUES {rows}"))
+                .await
+                .unwrap();
+            left -= k;
+        }
     }
 
     pub async fn count(&self, where_: &str) -> u64 {
@@ -209,6 +282,7 @@ case "$p" in
   ignore-term:*) trap '' TERM; sleep 300 & echo $! > DIR/child; sleep "${p#ignore-term:}" ;;
   slow-if-flag) while [ -e DIR/slow ]; do sleep 0.1; done ;;
   env) env > DIR/env.$MYJOB_JOB_ID ;;
+  kill-worker) kill -9 "$PPID"; sleep 5 ;;
   fail-on:*) sleep "${p##*:}"; x=${p#fail-on:}; if [ "$MYJOB_INSTANCE" = "${x%%:*}" ]; then echo "failed on $MYJOB_INSTANCE" >&2; exit 1; fi ;;
 esac
 echo "handled $MYJOB_JOB_ID"
@@ -332,6 +406,11 @@ impl Worker {
     }
 
     /// Waits for the process to exit and returns its exit code (None if killed by a signal).
+    /// Whether the process has ended, by an exit or a signal.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
     pub fn wait(&mut self, secs: u64) -> Option<i32> {
         let start = Instant::now();
         loop {

@@ -10,6 +10,9 @@ use tokio_util::sync::CancellationToken;
 pub struct Proxy {
     pub port: u16,
     upstream: String,
+    /// Hand clients a connection id of the proxy's own in the server's greeting, as a proxy
+    /// that multiplexes client sessions over server connections does (ProxySQL, say).
+    own_ids: bool,
     /// Cancelled by `down`: stops accepting and closes every connection made while up.
     up: Arc<Mutex<Option<CancellationToken>>>,
 }
@@ -26,8 +29,16 @@ impl Proxy {
         Proxy {
             port,
             upstream: format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()),
+            own_ids: false,
             up: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// A proxy that gives clients connection ids of its own (see `own_ids`).
+    pub fn multiplexing() -> Proxy {
+        let mut proxy = Proxy::new();
+        proxy.own_ids = true;
+        proxy
     }
 
     /// The test database's url, through the proxy.
@@ -48,6 +59,7 @@ impl Proxy {
         let token = CancellationToken::new();
         *self.up.lock().unwrap() = Some(token.clone());
         let upstream = self.upstream.clone();
+        let own_ids = self.own_ids;
         tokio::spawn(async move {
             loop {
                 let (client, _) = tokio::select! {
@@ -64,6 +76,13 @@ impl Proxy {
                         return;
                     };
                     let (mut client, mut server) = (client, server);
+                    if own_ids
+                        && pass_greeting_with_own_id(&mut server, &mut client)
+                            .await
+                            .is_err()
+                    {
+                        return;
+                    }
                     tokio::select! {
                         _ = token.cancelled() => {}
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
@@ -85,4 +104,27 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.down();
     }
+}
+
+/// Reads the server's greeting (protocol 10: header, version byte, version string and NUL,
+/// then the 4-byte connection id) and forwards it with the id changed.
+async fn pass_greeting_with_own_id(
+    server: &mut TcpStream,
+    client: &mut TcpStream,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut header = [0u8; 4];
+    server.read_exact(&mut header).await?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+    let mut payload = vec![0u8; len];
+    server.read_exact(&mut payload).await?;
+    if let Some(nul) = payload.iter().skip(1).position(|&b| b == 0) {
+        let at = 1 + nul + 1;
+        if payload.len() >= at + 4 {
+            let id = u32::from_le_bytes(payload[at..at + 4].try_into().unwrap());
+            payload[at..at + 4].copy_from_slice(&id.wrapping_add(1000).to_le_bytes());
+        }
+    }
+    client.write_all(&header).await?;
+    client.write_all(&payload).await
 }

@@ -56,6 +56,7 @@ cat > "$R/etc/myjob/myjob.toml" <<EOF_C
 [database]
 url = "mysql://myjob_e2e@127.0.0.1:3306/$DB"
 password_file = "/etc/myjob/db-password"
+lock_wait_timeout = "3s"
 
 [worker]
 concurrency = 4
@@ -82,6 +83,7 @@ mariadb <<SQL_END || die "cannot create the worker account"
 DROP USER IF EXISTS 'myjob_e2e'@'127.0.0.1';
 CREATE USER 'myjob_e2e'@'127.0.0.1' IDENTIFIED BY '$PW';
 GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_jobs TO 'myjob_e2e'@'127.0.0.1';
+GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_servers TO 'myjob_e2e'@'127.0.0.1';
 GRANT SELECT ON $DB.myjob_schema_migrations TO 'myjob_e2e'@'127.0.0.1';
 GRANT PROCESS ON *.* TO 'myjob_e2e'@'127.0.0.1';
 SQL_END
@@ -150,6 +152,24 @@ wait $locker
 check "myjob@3 recovers once the lock is gone" wait_for 20 sd systemctl is-active -q myjob@3
 SQL "INSERT INTO myjob_jobs (queue, payload) SELECT 'default', 'after' FROM seq_1_to_10"
 check "jobs get done after the recovery" wait_for 30 count_is "status = 'done' AND payload = 'after'" 10
+
+# ---- the same lock, held longer than lock_wait_timeout (3 s) but with a WatchdogSec longer
+# than that bound: each blocked statement fails, is logged and tried again, the loop keeps
+# turning, and the watchdog leaves the unit alone
+printf '[Service]\nWatchdogSec=12\n' > "$R/etc/systemd/system/myjob@3.service.d/watchdog.conf"
+sd systemctl daemon-reload
+sd systemctl restart myjob@3
+sleep 2
+restarts=$(prop myjob@3 NRestarts)
+since=$(date +%s)
+mariadb "$DB" -e "LOCK TABLES myjob_jobs WRITE; SELECT SLEEP(16); UNLOCK TABLES" >/dev/null &
+locker=$!
+wait $locker
+check "a lock past lock_wait_timeout, shorter than WatchdogSec: not restarted" test "$(prop myjob@3 NRestarts)" = "$restarts"
+check "myjob@3 active throughout" sd systemctl is-active -q myjob@3
+check "journal: lock wait timeouts logged and tried again" grep -q 'Lock wait timeout exceeded.*trying again on the same connection' <<<"$(sd journalctl -b -u myjob@3 --since=@"$since" --no-pager -o cat)"
+SQL "INSERT INTO myjob_jobs (queue, payload) SELECT 'default', 'late' FROM seq_1_to_10"
+check "jobs get done after the lock" wait_for 30 count_is "status = 'done' AND payload = 'late'" 10
 
 sd systemctl stop myjob@2 myjob@3
 rm -rf "$R/etc/systemd/system/myjob@3.service.d"

@@ -1,0 +1,252 @@
+//! The claim behind any backlog, and no job claimed and left: index reads counted by the
+//! server's Handler_read_* deltas (which show a scan EXPLAIN can hide), rows not yet due kept
+//! out of the claim's range, exact queue names, no starving queue, and a job that brings its
+//! worker down failed after `max_rescues`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestDb, Worker};
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+
+/// The sum of the session's Handler_read_* counters. Reading them reads rows of its own
+/// (more on MariaDB than on MySQL): see [`status_cost`].
+async fn reads(conn: &mut Conn) -> u64 {
+    let rows: Vec<(String, u64)> = conn
+        .query("SHOW SESSION STATUS WHERE Variable_name LIKE 'Handler_read%'")
+        .await
+        .unwrap();
+    rows.into_iter().map(|r| r.1).sum()
+}
+
+/// What one [`reads`] adds to the counters, to take off a measured delta.
+async fn status_cost(conn: &mut Conn) -> u64 {
+    let first = reads(conn).await;
+    reads(conn).await - first
+}
+
+async fn claimer(db: &TestDb) -> Conn {
+    myjob::db::connect(&myjob::config::DatabaseSettings::from_url(&db.url).unwrap())
+        .await
+        .unwrap()
+}
+
+const WHO: myjob::jobs::Claimer<'static> = myjob::jobs::Claimer {
+    owner_server: "test",
+    worker: "test",
+};
+
+/// 200k rows of each kind the claim must not walk: finished rows, another queue's pending
+/// rows, and rows of its own queue not yet due; and 20k due rows of its own queue, of which
+/// it must read only the first (inserted as a producer would, with a future
+/// run_at, and moved out of the claim's range by the stager). A claim of 10 then reads about
+/// 10 rows' worth of index entries, as on an empty table; so does the stager when nothing is
+/// due. Priority, then FIFO, still holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
+    let db = TestDb::new("claim_backlog").await;
+    let mut conn = db.conn().await;
+    db.insert_rows("(queue, payload, status)", "('q', 'x', 'done')", 200_000)
+        .await;
+    db.insert_rows("(queue, payload)", "('other', 'x')", 200_000)
+        .await;
+    db.insert_rows(
+        "(queue, payload, run_at)",
+        "('q', 'x', NOW(6) + INTERVAL 1 DAY)",
+        200_000,
+    )
+    .await;
+    // A backlog of its own queue's due jobs too: the claim must stop after its limit.
+    db.insert_rows("(queue, payload)", "('q', 'due')", 20_000)
+        .await;
+    conn.query_drop("INSERT INTO myjob_jobs (queue, payload, priority) VALUES ('q', 'urgent', 5)")
+        .await
+        .unwrap();
+    let urgent = conn.last_insert_id().unwrap();
+    conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
+
+    let mut claimer = claimer(&db).await;
+    // The stager moves the 200k future rows out of the pending range, in chunks.
+    let mut moved = 0;
+    loop {
+        let n = myjob::jobs::stage(&mut claimer).await.unwrap();
+        moved += n;
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(moved, 200_000);
+    assert_eq!(db.count("status = 'scheduled'").await, 200_000);
+
+    // Nothing due: the stager reads almost nothing.
+    let own = status_cost(&mut claimer).await;
+    let before = reads(&mut claimer).await;
+    assert_eq!(myjob::jobs::stage(&mut claimer).await.unwrap(), 0);
+    let staged = reads(&mut claimer).await - before - own;
+
+    let first_due: Option<u64> = conn
+        .query_first("SELECT MIN(id) FROM myjob_jobs WHERE status = 'pending' AND queue = 'q' AND priority = 0")
+        .await
+        .unwrap();
+    let before = reads(&mut claimer).await;
+    let n = myjob::jobs::claim(&mut claimer, 7, "q", 10, &WHO)
+        .await
+        .unwrap();
+    let got = myjob::jobs::read_batch(&mut claimer, 7).await.unwrap();
+    let claimed = reads(&mut claimer).await - before - own;
+    eprintln!(
+        "index entries read: claim + read of 10: {claimed}; stager with nothing due: {staged}"
+    );
+    assert_eq!((n, got.len()), (10, 10));
+    assert_eq!(got[0].id, urgent, "priority first");
+    assert_eq!(Some(got[1].id), first_due, "then FIFO");
+    assert!(
+        got.iter().all(|j| j.queue == "q" && j.payload != b"x"),
+        "only due jobs of its own queue"
+    );
+    // A few entries per claimed job (MySQL reads the rows of an index it updates by position
+    // again); a walk of any backlog reads 200,000.
+    assert!(
+        claimed <= 100,
+        "a claim of 10 read {claimed} index entries: it walks a backlog"
+    );
+    assert!(
+        staged <= 10,
+        "the stager read {staged} entries with nothing due"
+    );
+}
+
+/// A plain INSERT with a future run_at still delays the job: it is neither claimed early nor
+/// lost, and runs once due. A retry waits out its backoff as `scheduled`.
+#[tokio::test(flavor = "multi_thread")]
+async fn future_rows_run_when_due_and_retries_wait_as_scheduled() {
+    let db = TestDb::new("claim_due").await;
+    let mut conn = db.conn().await;
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, payload, run_at) VALUES ('q', 'later', NOW(6) + INTERVAL 3 SECOND)",
+    )
+    .await
+    .unwrap();
+    let later = conn.last_insert_id().unwrap();
+    let config = db.config("", "");
+    // A slow backoff, to see the retry wait as scheduled.
+    common::edited(
+        &config,
+        &config,
+        &[(
+            "backoff = \"100ms\"\nbackoff_max = \"200ms\"",
+            "backoff = \"4s\"\nbackoff_max = \"4s\"",
+        )],
+    );
+    let flaky = db.insert("q", &["flaky"]).await[0];
+    let inserted = Instant::now();
+    let worker = Worker::start(&config, "1");
+    db.wait_count(&format!("id = {later} AND status = 'scheduled'"), 1, 10)
+        .await;
+    db.wait_count(&format!("id = {flaky} AND status = 'scheduled'"), 1, 10)
+        .await;
+    db.wait_count(&format!("id = {later} AND status = 'done'"), 1, 20)
+        .await;
+    assert!(
+        inserted.elapsed() >= Duration::from_secs(3),
+        "ran before it was due"
+    );
+    db.wait_count(&format!("id = {flaky} AND status = 'done'"), 1, 20)
+        .await;
+    let (_, attempts, ..) = db.job(flaky).await;
+    assert_eq!(attempts, 2);
+    drop(worker);
+}
+
+/// Queue names match byte for byte: rows of 'Q' and 'q ' are not claimed by a worker of 'q'
+/// (the column's collation used to compare them equal), so nothing sits claimed and unrun.
+#[tokio::test(flavor = "multi_thread")]
+async fn queue_names_match_exactly() {
+    let db = TestDb::new("claim_exact").await;
+    let exact = db.insert("q", &["a", "b"]).await;
+    let upper = db.insert("Q", &["c"]).await[0];
+    let spaced = db.insert("q ", &["d"]).await[0];
+    let worker = Worker::start(&db.config("", ""), "1");
+    db.wait_count("status = 'done'", 2, 20).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for id in exact {
+        assert_eq!(db.job(id).await.0, "done");
+    }
+    for id in [upper, spaced] {
+        let (status, attempts, batch, ..) = db.job(id).await;
+        assert_eq!((status.as_str(), attempts, batch), ("pending", 0, None));
+    }
+    drop(worker);
+}
+
+/// An instance serving two queues with a backlog each works both from the start.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_queue_starves_behind_another() {
+    let db = TestDb::new("claim_fair").await;
+    let config = db.config(
+        "concurrency = 2\nbatch_size = 4",
+        &format!(
+            "\n[[queue]]\nname = \"b\"\ncommand = [\"{}\"]\n",
+            db.path("handler.sh").display()
+        ),
+    );
+    db.insert_rows("(queue, payload)", "('q', 'sleep:0.01')", 300)
+        .await;
+    db.insert_rows("(queue, payload)", "('b', 'sleep:0.01')", 300)
+        .await;
+    let worker = Worker::start(&config, "1");
+    db.wait_at_least("status = 'done'", 60, 30).await;
+    let (q, b) = (
+        db.count("queue = 'q' AND status = 'done'").await,
+        db.count("queue = 'b' AND status = 'done'").await,
+    );
+    assert!(q >= 15 && b >= 15, "done by queue: q {q}, b {b}");
+    drop(worker);
+}
+
+/// A job whose handler kills its own worker (kill -9 of myjob), with the worker restarted as
+/// systemd would: the reaper rescues it twice, and the third rescue fails it with a last_error
+/// that says why. Its neighbours are all done.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_that_kills_its_worker_fails_after_max_rescues() {
+    let db = TestDb::new("claim_poison").await;
+    let config = db.config("concurrency = 1", "");
+    let mut ids = db.insert("q", &["sleep:0"; 5]).await;
+    let poison = db.insert("q", &["kill-worker"]).await[0];
+    ids.extend(db.insert("q", &["sleep:0"; 5]).await);
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut starts = 0;
+    let mut worker = Worker::start(&config, "1");
+    while db.job(poison).await.0 != "failed" {
+        assert!(Instant::now() < deadline, "the poison job never failed");
+        if worker.exited() {
+            // Restarted after a second, as Restart=on-failure with RestartSec would.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            worker = Worker::start(&config, "1");
+            starts += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, _, _, _, error) = db.job(poison).await;
+    assert_eq!(status, "failed");
+    let error = error.unwrap_or_default();
+    assert!(
+        error.contains("its worker died while running it 3 times"),
+        "{error}"
+    );
+    let rescues: Option<u32> = db
+        .conn()
+        .await
+        .exec_first("SELECT rescues FROM myjob_jobs WHERE id = ?", (poison,))
+        .await
+        .unwrap();
+    assert_eq!(rescues, Some(3));
+    let runs = db.runs().iter().filter(|r| r.0 == poison).count();
+    assert_eq!(runs, 3, "the poison job ran once per rescue");
+    assert!(starts >= 2, "the worker was restarted {starts} times");
+    db.wait_count("status = 'done'", 10, 30).await;
+    drop(worker);
+}

@@ -1,0 +1,94 @@
+//! On a Galera cluster: the claims made through a node that dies come back through the other
+//! nodes. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it for the cluster of
+//! tests/db-server.sh). The test kills a node, so plain `cargo test` skips it; tests/run runs
+//! it with `--ignored`, beside the chaos run on the same cluster.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{edited, TestDb, Worker};
+use mysql_async::prelude::*;
+use nix::sys::signal::Signal;
+
+fn db_server(args: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/db-server.sh");
+    let status = std::process::Command::new(script)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "tests/db-server.sh {args:?} failed");
+}
+
+/// A node dies with the instance that worked through it (a host lost whole). An instance on
+/// another node puts its claims back once the dead node has left the cluster and its
+/// heartbeat is stale, and runs them; nothing is left claimed.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "kills a node of the Galera cluster: run through tests/run"]
+async fn claims_made_through_a_node_that_dies_come_back() {
+    assert_eq!(
+        common::nodes().len(),
+        3,
+        "MYJOB_TEST_NODES names the cluster's three nodes"
+    );
+    // The test's own connections go through node 1.
+    let db = TestDb::new("galera_node").await;
+    let config = db.config("concurrency = 2", "");
+    let on_node_3 = db.path("node3.toml");
+    edited(
+        &config,
+        &on_node_3,
+        &[(db.url.as_str(), db.node_url(2).as_str())],
+    );
+
+    std::fs::write(db.path("slow"), "").unwrap();
+    let ids = db.insert("q", &["slow-if-flag", "slow-if-flag"]).await;
+    let mut third = Worker::start(&on_node_3, "3");
+    db.wait_count("status = 'claimed'", 2, 20).await;
+    let owners: Vec<(String, u64)> = db
+        .conn()
+        .await
+        .query("SELECT DISTINCT owner_server, batch_id FROM myjob_jobs WHERE status = 'claimed'")
+        .await
+        .unwrap();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let (owner, batch) = owners[0].clone();
+    assert!(
+        owner.contains(":3313/") && owner.contains("/galera:"),
+        "claimed through node 3, with its member id: {owner}"
+    );
+
+    third.signal(Signal::SIGKILL);
+    third.wait(10);
+    db_server(&["kill", "galera", "3"]);
+    let died = Instant::now();
+
+    let first = Worker::start(&config, "1");
+    first
+        .wait_log("its Galera node has left the cluster", 30)
+        .await;
+    assert!(
+        died.elapsed() >= Duration::from_secs(2),
+        "put back before stale_after"
+    );
+    std::fs::remove_file(db.path("slow")).unwrap();
+    db.wait_count("status = 'done'", 2, 30).await;
+    for id in ids {
+        let (status, attempts, new_batch, ..) = db.job(id).await;
+        assert_eq!(status, "done");
+        // The attempt cut short by the node's death was given back.
+        assert_eq!(attempts, 1, "job {id}");
+        assert_ne!(new_batch, Some(batch), "job {id} ran under a new claim");
+    }
+    let log = first.log_text();
+    assert_eq!(
+        log.matches("stale claim put back").count(),
+        2,
+        "each claim put back once:\n{log}"
+    );
+    drop(first);
+    // The cluster whole again, for whatever runs next.
+    db_server(&["up", "galera"]);
+}
