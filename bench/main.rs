@@ -1,5 +1,5 @@
 //! The benchmark: `bench/run` (or `cargo bench --features bench --bench myjob -- [--smoke]
-//! [--rows-10m] [--latency-only] [--cat-only]`). Every figure is measured next to a ceiling of
+//! [--rows-10m] [--latency-only] [--cat-only] [--backlog-only] [--growth-only]`). Every figure is measured next to a ceiling of
 //! this machine measured in the same run, and reported as a ratio to it; the table goes to
 //! stdout and to bench/results/<date>.md. Every run's jobs are real rows, verified at the end
 //! (all done, each claimed once).
@@ -27,6 +27,9 @@ struct Size {
     idle_secs: f64,
     repeats: usize,
     growth: Vec<u64>,
+    /// The claim behind a backlog: due jobs drained, and rows of each kind of backlog.
+    backlog_jobs: usize,
+    backlog_rows: usize,
 }
 
 /// One throughput figure.
@@ -72,6 +75,8 @@ async fn main() {
             idle_secs: 1.0,
             repeats: 1,
             growth: vec![10_000, 50_000],
+            backlog_jobs: 200,
+            backlog_rows: 5_000,
         }
     } else {
         Size {
@@ -81,6 +86,8 @@ async fn main() {
             idle_secs: 30.0,
             repeats: 3,
             growth,
+            backlog_jobs: 3_000,
+            backlog_rows: 200_000,
         }
     };
     let server = std::env::var("MYJOB_BENCH_SERVER")
@@ -107,6 +114,23 @@ impl Bench {
                     "pickup latency: p50 {p50:.0} ms, p99 {p99:.0} ms (poll_interval {poll} ms)"
                 );
             }
+            return;
+        }
+        if std::env::args().any(|a| a == "--growth-only") {
+            // For working on item 6: the claim's cost as finished rows grow, alone.
+            for (rows, ms) in self.table_growth().await {
+                println!("claim of 100 with {rows} done rows: p50 {ms:.2} ms");
+            }
+            return;
+        }
+        if std::env::args().any(|a| a == "--backlog-only") {
+            // For working on item 8: the claim behind a backlog alone.
+            let (clean, behind) = self.backlog().await;
+            println!(
+                "drain of {} due jobs: clean {clean:.2} s, behind the backlog {behind:.2} s = {:.2} of clean",
+                self.size.backlog_jobs,
+                behind / clean
+            );
             return;
         }
         if std::env::args().any(|a| a == "--cat-only") {
@@ -256,6 +280,19 @@ impl Bench {
             };
             self.line(&format!("| claim of 100, p50 ms, with {rows} done rows | {ms:.2} | {ratio:.2} of 10k | {target} |"));
         }
+        // 8. The claim behind a backlog.
+        let (clean, behind) = self.backlog().await;
+        self.line(&format!(
+            "| drain {} due `/bin/true` jobs, 1 instance × 8, clean table, s | {clean:.2} | 1 | |",
+            self.size.backlog_jobs
+        ));
+        self.line(&format!(
+            "| the same behind {} pending rows of another queue and {} of its own not yet due, s | {behind:.2} | {:.2} of clean | ≤ 1.5 {} |",
+            self.size.backlog_rows,
+            self.size.backlog_rows,
+            behind / clean,
+            mark(behind / clean <= 1.5)
+        ));
         self.line(&format!(
             "| peak RSS of `myjob run`, concurrency 64, `cat` per job, MiB | {:.1} | | ≤ 20 {} |",
             rss64 as f64 / 1024.0,
@@ -299,7 +336,7 @@ impl Bench {
     }
 
     async fn conn(&self) -> Conn {
-        myjob::db::connect(&Opts::from_url(&self.url).unwrap())
+        myjob::db::connect(&myjob::config::DatabaseSettings::from_url(&self.url).unwrap())
             .await
             .unwrap()
     }
@@ -379,8 +416,8 @@ impl Bench {
                 conn.exec_drop(
                     "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) SET status = 'claimed', batch_id = ?, \
                      owner_conn = CONNECTION_ID(), claimed_at = NOW(6), attempts = attempts + 1 \
-                     WHERE status = 'pending' AND run_at <= NOW(6) AND queue IN ('bench') \
-                     ORDER BY priority DESC, id LIMIT 100",
+                     WHERE status = 'pending' AND queue = 'bench' AND run_at <= NOW(6) \
+                     ORDER BY status, queue, priority DESC, id LIMIT 100",
                     (batch,),
                 )
                 .await
@@ -455,7 +492,7 @@ impl Bench {
             let (busy, db_ticks) = (busy_ticks(), db.map_or(0, cpu_ticks));
             let workers = Workers((1..=instances).map(|i| self.start(&config, i)).collect());
             let n = self.size.jobs as u64;
-            wait_done(&mut conn, n).await;
+            wait_queue_done(&mut conn, "bench", n).await;
             let per_job = |ticks: u64| ticks_us(ticks) / n as f64;
             cpu.push(Cpu {
                 all: per_job(busy_ticks() - busy),
@@ -489,6 +526,60 @@ impl Bench {
         }
     }
 
+    /// Seconds to drain `backlog_jobs` due `/bin/true` jobs (one instance × 8, from the first
+    /// claim to the last finish as the table records them) on a clean table, and behind
+    /// `backlog_rows` pending rows of another queue plus as many of its own queue not yet due.
+    /// Those were inserted as an application would, with a future run_at, and staged before
+    /// the drain: the steady state of a table whose delayed jobs came in earlier. Medians of
+    /// `repeats`, each verified.
+    async fn backlog(&self) -> (f64, f64) {
+        let n = self.size.backlog_jobs;
+        let rows = self.size.backlog_rows;
+        let mut clean = Vec::new();
+        let mut behind = Vec::new();
+        for _ in 0..self.size.repeats {
+            for with_backlog in [false, true] {
+                let mut conn = self.fresh().await;
+                if with_backlog {
+                    for (queue, run_at) in
+                        [("other", "NOW(6)"), ("bench", "NOW(6) + INTERVAL 1 DAY")]
+                    {
+                        for start in (0..rows).step_by(1000) {
+                            let k = (rows - start).min(1000);
+                            let values = vec![format!("('{queue}', 'x', {run_at})"); k].join(", ");
+                            conn.query_drop(format!(
+                                "INSERT INTO myjob_jobs (queue, payload, run_at) VALUES {values}"
+                            ))
+                            .await
+                            .unwrap();
+                        }
+                    }
+                    while myjob::jobs::stage(&mut conn).await.unwrap() > 0 {}
+                }
+                self.insert(&mut conn, n).await;
+                conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
+                let config = self.config(8, "/bin/true", "100ms");
+                let workers = Workers(vec![self.start(&config, 1)]);
+                wait_queue_done(&mut conn, "bench", n as u64).await;
+                workers.stop();
+                let secs: f64 = conn
+                    .query_first(
+                        "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(claimed_at), MAX(finished_at)) / 1e6 \
+                         FROM myjob_jobs WHERE status = 'done'",
+                    )
+                    .await
+                    .unwrap()
+                    .unwrap();
+                if with_backlog {
+                    behind.push(secs);
+                } else {
+                    clean.push(secs);
+                }
+            }
+        }
+        (median(clean), median(behind))
+    }
+
     /// Idle workers; a job every 50 ms; the time from INSERT (created_at) to the handler's
     /// start (a timestamp it writes). Returns p50 and p99 in ms, and the poll interval.
     async fn latency(&self) -> (f64, f64, f64) {
@@ -518,7 +609,7 @@ impl Bench {
             n += 1;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        wait_done(&mut conn, n).await;
+        wait_queue_done(&mut conn, "bench", n).await;
         workers.stop();
         let created: Vec<(u64, f64)> = conn
             .query("SELECT id, UNIX_TIMESTAMP(created_at) FROM myjob_jobs")
@@ -592,12 +683,12 @@ impl Bench {
                 worker: "bench",
             };
             let mut times = Vec::new();
-            let queues = vec!["bench".to_owned()];
             for batch in 1..=20u64 {
                 let t = Instant::now();
-                let got = myjob::jobs::claim(&mut conn, batch, &queues, 100, &who)
+                myjob::jobs::claim(&mut conn, batch, "bench", 100, &who)
                     .await
                     .unwrap();
+                let got = myjob::jobs::read_batch(&mut conn, batch).await.unwrap();
                 times.push(t.elapsed().as_secs_f64() * 1000.0);
                 assert_eq!(got.len(), 100);
             }
@@ -609,9 +700,9 @@ impl Bench {
     async fn explain(&self) -> String {
         let mut conn = self.conn().await;
         let rows: Vec<mysql_async::Row> = conn
-            .query(
-                "EXPLAIN UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) SET status = 'claimed', batch_id = 1 \
-                 WHERE status = 'pending' AND run_at <= NOW(6) AND queue IN ('bench') ORDER BY priority DESC, id LIMIT 100",
+            .exec(
+                format!("EXPLAIN {}", myjob::jobs::CLAIM),
+                (1u64, "bench", "bench", "bench", 100u64),
             )
             .await
             .unwrap();
@@ -675,23 +766,31 @@ async fn spawn_rate(inflight: usize, secs: f64) -> (u64, f64) {
     (count.load(Ordering::Relaxed), start.elapsed().as_secs_f64())
 }
 
-/// Waits until `n` jobs are done; a run that takes over 10 minutes is a failure.
-async fn wait_done(conn: &mut Conn, n: u64) {
+/// Waits until the due jobs of `queue` are all done (other rows may wait for ever), and
+/// checks that `n` are; a run that takes over 10 minutes is a failure.
+async fn wait_queue_done(conn: &mut Conn, queue: &str, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        // One index probe: a COUNT of the done rows would cost the server a scan each time,
-        // CPU taken from the run being measured.
+        // Probes of the claim index: a COUNT of the done rows would cost the server a scan
+        // each time, CPU taken from the run being measured.
         let waiting: Option<u8> = conn
-            .query_first("SELECT 1 FROM myjob_jobs WHERE status IN ('pending', 'claimed') LIMIT 1")
+            .exec_first(
+                "SELECT 1 FROM myjob_jobs WHERE status IN ('pending', 'claimed') AND queue = ? \
+                 AND run_at <= NOW(6) LIMIT 1",
+                (queue,),
+            )
             .await
             .unwrap();
         if waiting.is_none() {
             let done: u64 = conn
-                .query_first("SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done'")
+                .exec_first(
+                    "SELECT COUNT(*) FROM myjob_jobs WHERE status = 'done' AND queue = ?",
+                    (queue,),
+                )
                 .await
                 .unwrap()
                 .unwrap();
-            assert_eq!(done, n, "every job done, none failed");
+            assert_eq!(done, n, "every due job done, none failed");
             return;
         }
         assert!(Instant::now() < deadline, "jobs still waiting after 600 s");
