@@ -1,13 +1,18 @@
 //! The fault-injection run: many jobs over three queues, three instances, and for a set time
-//! kill -9s, killed claimer connections, a MariaDB restart and a frozen instance. At the end
+//! kill -9s, killed claimer connections, a restart of the database server and a frozen instance. At the end
 //! it prints a verdict and a table: no job lost, none marked done twice, and every job that
 //! ran more than once listed by cause.
 //!
-//! It restarts the MariaDB server, so plain `cargo test` skips it: `tests/chaos` runs it (the
+//! It restarts the database server under test, so plain `cargo test` skips it: `tests/chaos` runs it (the
 //! full run), `tests/chaos --short` is the shorter run CI does. `MYJOB_CHAOS_JOBS` and
 //! `MYJOB_CHAOS_SECS` set the size. With `MYJOB_CHAOS_SYSTEMD` (the root of the container
 //! tests/systemd/boot-systemd.sh boots, set by `tests/chaos --systemd`) the instances are the
 //! units myjob@1..3 there rather than processes of the test's own.
+//!
+//! Against a multi-primary cluster (`MYJOB_TEST_NODES`, set by `tests/chaos` for the Galera
+//! cluster) instance N connects to node N, the killed claimer connections are killed on their
+//! own node, and the server restart is a kill -9 of one node (never the first, which the test
+//! itself reads through) and its return to the cluster.
 //!
 //! How it knows what happened, without trusting myjob's own account:
 //! - the handler appends a start line and an end line per run to a file (one `write` each,
@@ -37,9 +42,9 @@ const RESTART_AFTER: Duration = Duration::from_secs(2);
 const CONN_KILL_EVERY: Duration = Duration::from_secs(7);
 /// Longer than `stale_after`: the frozen instance's claims are old, yet alive.
 const FREEZE_FOR: Duration = Duration::from_secs(8);
-/// How long after the frozen instance resumes the MariaDB restart may begin at the earliest.
+/// How long after the frozen instance resumes the server restart may begin at the earliest.
 const THAW_BEFORE_RESTART: Duration = Duration::from_secs(3);
-/// How long MariaDB stays down in its restart.
+/// How long the server stays down in its restart.
 const DB_DOWN_FOR: Duration = Duration::from_secs(3);
 
 /// The handler: records the start, sleeps 0 to 20 ms, fails attempt 1 of one job in 50, and
@@ -111,7 +116,7 @@ struct Run {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "restarts MariaDB: run through tests/chaos"]
+#[ignore = "restarts the server under test: run through tests/chaos"]
 async fn chaos() {
     let jobs = env_or("MYJOB_CHAOS_JOBS", 50_000);
     let secs = Duration::from_secs(env_or("MYJOB_CHAOS_SECS", 180));
@@ -126,7 +131,9 @@ async fn chaos() {
         None => Work::under(Path::new("/"), dir.to_str().unwrap()),
     };
     write_handler(&work);
-    let config = config_text(&db, &work);
+    let configs: Vec<String> = (0..INSTANCES)
+        .map(|i| config_text(&db.node_url(i), &work))
+        .collect();
     prepare(&db, jobs).await;
     println!(
         "chaos: {jobs} jobs over {} queues, {INSTANCES} instances x 4 slots as {}, faults for {} s",
@@ -142,8 +149,11 @@ async fn chaos() {
     let started = Instant::now();
     let started_at = now();
     let mut fleet = match &systemd {
-        Some(root) => Fleet::units(root, &config),
-        None => Fleet::processes(&dir, &config),
+        Some(root) => {
+            assert_eq!(common::nodes().len(), 1, "a cluster is run as processes");
+            Fleet::units(root, &configs[0])
+        }
+        None => Fleet::processes(&dir, &configs),
     };
     let faults = inject(&db, &mut fleet, secs).await;
 
@@ -170,6 +180,9 @@ async fn chaos() {
         dir.display()
     );
     verdict.print(&faults, duration);
+    if !verdict.pass() {
+        tell_of(&verdict.suspects(), &dir, &work.host.join("runs"));
+    }
     assert!(
         verdict.pass(),
         "chaos: the verdict is FAIL (see the table above)"
@@ -202,12 +215,11 @@ fn write_handler(work: &Work) {
     common::chmod_x(&handler);
 }
 
-fn config_text(db: &TestDb, work: &Work) -> String {
+fn config_text(url: &str, work: &Work) -> String {
     let mut text = format!(
         "[database]\nurl = \"{url}\"\n\n\
          [worker]\nconcurrency = 4\npoll_interval = \"200ms\"\nshutdown_timeout = \"5s\"\n\n\
          [reaper]\ninterval = \"1s\"\nstale_after = \"{stale}s\"\n",
-        url = db.url,
         stale = STALE_AFTER.as_secs()
     );
     for q in QUEUES {
@@ -225,7 +237,9 @@ fn config_text(db: &TestDb, work: &Work) -> String {
 async fn prepare(db: &TestDb, jobs: u64) {
     let mut conn = db.conn().await;
     conn.query_drop(
-        "CREATE TABLE chaos_done (job_id BIGINT UNSIGNED NOT NULL, batch_id BIGINT UNSIGNED, \
+        // A primary key, which Galera wants on every table.
+        "CREATE TABLE chaos_done (seq BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
+         job_id BIGINT UNSIGNED NOT NULL, batch_id BIGINT UNSIGNED, \
          at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
     )
     .await
@@ -264,7 +278,8 @@ async fn prepare(db: &TestDb, jobs: u64) {
 /// RestartSec=2), and KillMode=mixed decides what happens to the killed instance's handlers.
 enum Fleet {
     Processes {
-        config: PathBuf,
+        /// One config per instance: they differ in the node they connect to.
+        configs: Vec<PathBuf>,
         logs: PathBuf,
         workers: Vec<Option<Worker>>,
         /// Killed instances, and when to start them again.
@@ -277,15 +292,22 @@ enum Fleet {
 }
 
 impl Fleet {
-    fn processes(dir: &Path, config: &str) -> Fleet {
-        let path = dir.join("myjob.toml");
-        std::fs::write(&path, config).unwrap();
+    fn processes(dir: &Path, configs: &[String]) -> Fleet {
+        let configs: Vec<PathBuf> = configs
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let path = dir.join(format!("myjob-{}.toml", i + 1));
+                std::fs::write(&path, text).unwrap();
+                path
+            })
+            .collect();
         let logs = dir.to_owned();
         let workers = (0..INSTANCES)
-            .map(|i| Some(Self::start(&path, &logs, i)))
+            .map(|i| Some(Self::start(&configs[i], &logs, i)))
             .collect();
         Fleet::Processes {
-            config: path,
+            configs,
             logs,
             workers,
             restarts: Vec::new(),
@@ -376,7 +398,7 @@ impl Fleet {
     /// Starts the killed processes whose time has come, or all of them.
     fn restart_killed(&mut self, all: bool) {
         if let Fleet::Processes {
-            config,
+            configs,
             logs,
             workers,
             restarts,
@@ -386,7 +408,7 @@ impl Fleet {
             restarts.retain(|&(when, i)| {
                 let due = all || now >= when;
                 if due {
-                    workers[i] = Some(Self::start(config, logs, i));
+                    workers[i] = Some(Self::start(&configs[i], logs, i));
                 }
                 !due
             });
@@ -475,7 +497,7 @@ fn sd(args: &[&str]) -> std::process::Output {
 
 /// Injects faults for `secs`: kill -9 of a random instance every 10 s (restarted 2 s later),
 /// KILL CONNECTION of a random claimer every 7 s, one instance frozen (SIGSTOP) for longer
-/// than `stale_after` at 20 % of the time, and one MariaDB restart at half the time, once the
+/// than `stale_after` at 20 % of the time, and one server restart at half the time, once the
 /// frozen instance has resumed: both early, while the queue is still busy in a full run.
 async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
     let begin = Instant::now();
@@ -516,7 +538,7 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
         if in_time && t >= next_conn_kill && restart.is_none() {
             next_conn_kill += CONN_KILL_EVERY;
             let frozen_pid = frozen.as_ref().map(|f| f.1);
-            if let Some(f) = kill_a_claimer(db, frozen_pid).await {
+            if let Some(f) = kill_a_claimer(db, fleet, frozen_pid).await {
                 faults.push(f);
             }
         }
@@ -531,7 +553,7 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
             && thawed_for.is_some_and(|s| s >= THAW_BEFORE_RESTART.as_secs_f64())
             && !restarted
         {
-            restart = Some(tokio::spawn(restart_mariadb()));
+            restart = Some(tokio::spawn(restart_server()));
             // Marks that the restart has begun; replaced by the real window when it ends.
             faults.push(Fault::DbRestart {
                 from: now(),
@@ -548,18 +570,19 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
         }
 
         if t >= freeze_at && !froze {
-            // The instance holding the most claims, so that the freeze has something to test.
+            // The instance holding the most claims on a live connection, so that the freeze
+            // has something to test.
             let mut most: Option<(usize, u32, usize)> = None;
             for i in 0..INSTANCES {
                 let Some(pid) = fleet.pid(i) else { continue };
-                let n = claims_of(db, pid).await.len();
+                let n = claims_of(db, i, pid).await.len();
                 if most.is_none_or(|(.., m)| n > m) {
                     most = Some((i, pid, n));
                 }
             }
             if let Some((i, pid, _)) = most {
                 fleet.signal(i, Signal::SIGSTOP);
-                let held = claims_of(db, pid).await;
+                let held = claims_of(db, i, pid).await;
                 frozen = Some((i, pid, t + FREEZE_FOR, now(), held));
             }
         }
@@ -587,96 +610,150 @@ fn pick<T>(items: &[T]) -> Option<&T> {
     }
 }
 
-async fn try_conn(db: &TestDb) -> Option<Conn> {
-    let opts = Opts::from_url(&db.url).unwrap();
+async fn try_conn(url: &str) -> Option<Conn> {
+    let opts = Opts::from_url(url).unwrap();
     tokio::time::timeout(Duration::from_secs(2), Conn::new(opts))
         .await
         .ok()?
         .ok()
 }
 
-/// KILL CONNECTION of one live claimer connection, picked among those holding claims. The
-/// frozen instance is left alone: its claims must survive for another reason.
-async fn kill_a_claimer(db: &TestDb, frozen_pid: Option<u32>) -> Option<Fault> {
-    let mut conn = try_conn(db).await?;
-    let owners: Vec<(u64, String)> = conn
-        .query(
-            "SELECT DISTINCT owner_conn, worker FROM myjob_jobs WHERE status = 'claimed' \
-             AND owner_conn IN (SELECT ID FROM information_schema.PROCESSLIST)",
-        )
-        .await
-        .ok()?;
-    let owners: Vec<(u64, u32)> = owners
-        .into_iter()
-        .filter_map(|(c, w)| Some((c, w.rsplit(':').nth(1)?.parse().ok()?)))
+/// KILL CONNECTION of the claimer connection of one instance holding claims, on the server
+/// (the node) that instance is connected to. The frozen instance is left alone: its claims
+/// must survive for another reason.
+async fn kill_a_claimer(db: &TestDb, fleet: &Fleet, frozen_pid: Option<u32>) -> Option<Fault> {
+    let mut candidates: Vec<(usize, u32)> = (0..INSTANCES)
+        .filter_map(|i| Some((i, fleet.pid(i)?)))
         .filter(|&(_, pid)| Some(pid) != frozen_pid)
         .collect();
-    let &(id, pid) = pick(&owners)?;
-    conn.query_drop(format!("KILL CONNECTION {id}"))
-        .await
-        .ok()?;
-    let _ = conn.disconnect().await;
-    Some(Fault::ConnKill { pid, at: now() })
+    while !candidates.is_empty() {
+        let k = rand::random::<u64>() as usize % candidates.len();
+        let (i, pid) = candidates.swap_remove(k);
+        let Some(mut conn) = try_conn(&db.node_url(i)).await else {
+            continue;
+        };
+        let owner = live_claims(&mut conn, pid).await.first().map(|&(_, c)| c);
+        let killed = match owner {
+            Some(id) => conn
+                .query_drop(format!("KILL CONNECTION {id}"))
+                .await
+                .is_ok(),
+            None => false,
+        };
+        let _ = conn.disconnect().await;
+        if killed {
+            return Some(Fault::ConnKill { pid, at: now() });
+        }
+    }
+    None
 }
 
-/// The jobs claimed by the instance with process id `pid`.
-async fn claims_of(db: &TestDb, pid: u32) -> Vec<u64> {
-    let Some(mut conn) = try_conn(db).await else {
-        return Vec::new();
-    };
+/// The jobs claimed by the instance with process id `pid` through a connection that is alive
+/// on the server `conn` is connected to (the instance's own node), with that connection's id.
+/// A claim whose connection has died is the reaper's to take, frozen instance or not: made by
+/// a killed connection before the instance re-owned it, or by a claim that committed as the
+/// connection died, so that the instance never learnt of it.
+async fn live_claims(conn: &mut Conn, pid: u32) -> Vec<(u64, u64)> {
     conn.exec(
-        "SELECT id FROM myjob_jobs WHERE status = 'claimed' AND worker LIKE ?",
+        "SELECT id, owner_conn FROM myjob_jobs WHERE status = 'claimed' AND worker LIKE ? \
+         AND owner_conn IN (SELECT ID FROM information_schema.PROCESSLIST) ORDER BY id",
         (format!("%:{pid}:%"),),
     )
     .await
     .unwrap_or_default()
 }
 
-/// Shuts MariaDB down, keeps it down a few seconds, and starts it again with the same script
-/// the suite uses. Returns the window (Unix seconds) in which it was away.
-async fn restart_mariadb() -> (f64, f64) {
-    let from = now();
-    let mut root = Conn::new(Opts::from_url(&common::server_url()).unwrap())
-        .await
-        .unwrap();
-    let _ = root.query_drop("SHUTDOWN").await;
-    drop(root);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // The port closes at the start of a shutdown, the process ends seconds later (InnoDB
-    // writes its buffers): a start before then finds it still running and does nothing.
-    let running = || {
-        std::process::Command::new("pidof")
-            .arg("mariadbd")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+/// [`live_claims`] of instance `i`, by job id, read on its node.
+async fn claims_of(db: &TestDb, i: usize, pid: u32) -> Vec<u64> {
+    let Some(mut conn) = try_conn(&db.node_url(i)).await else {
+        return Vec::new();
     };
-    while running() {
-        assert!(Instant::now() < deadline, "MariaDB did not shut down");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let held = live_claims(&mut conn, pid).await;
+    let _ = conn.disconnect().await;
+    held.into_iter().map(|(id, _)| id).collect()
+}
+
+/// Prints the handler's record and what the instances' logs say of each job in `ids`, so that
+/// a FAIL in CI, where only the output is kept, tells its own story.
+fn tell_of(ids: &[u64], logs: &Path, runs: &Path) {
+    let runs = std::fs::read_to_string(runs).unwrap_or_default();
+    let Ok(dir) = std::fs::read_dir(logs) else {
+        return;
+    };
+    let files: Vec<(String, String)> = dir
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), text))
+        })
+        .collect();
+    for id in ids {
+        println!("the runs and logs of job {id}:");
+        let run = |l: &&str| l.split(' ').nth(1) == Some(id.to_string().as_str());
+        for line in runs.lines().filter(run) {
+            println!("  runs: {line}");
+        }
+        let needle = format!("job_id={id}");
+        // `job_id=12` but not `job_id=123`.
+        let names = |l: &str| {
+            l.match_indices(&needle)
+                .any(|(at, _)| !l[at + needle.len()..].starts_with(|c: char| c.is_ascii_digit()))
+        };
+        for (name, text) in &files {
+            for line in text.lines().filter(|l| names(l)) {
+                println!("  {name}: {line}");
+            }
+        }
     }
+}
+
+/// Stops the server under test (`MYJOB_TEST_SERVER_NAME`, as tests/db-server.sh names it) by
+/// its own pid file, keeps it down a few seconds, and starts it again with the same script.
+/// In a cluster, one node but the first is killed (SIGKILL) and rejoins. Returns the window
+/// (Unix seconds) in which it was away.
+async fn restart_server() -> (f64, f64) {
+    let name = std::env::var("MYJOB_TEST_SERVER_NAME").unwrap_or_else(|_| "mariadb10".into());
+    let nodes = common::nodes().len();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/db-server.sh");
+    let run = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(&script);
+        cmd.args(args).stdout(std::process::Stdio::null());
+        cmd
+    };
+    let from = now();
+    // SIGTERM, then wait for the process to end: the port closes at the start of a
+    // shutdown, the process ends seconds later (InnoDB writes its buffers).
+    let stopped = if nodes > 1 {
+        let node = (2 + rand::random::<u64>() as usize % (nodes - 1)).to_string();
+        println!("chaos: killing node {node} of {name}");
+        run(&["kill", &name, &node]).status().await.unwrap()
+    } else {
+        run(&["stop", &name]).status().await.unwrap()
+    };
+    assert!(
+        stopped.success(),
+        "tests/db-server.sh could not stop {name}"
+    );
     tokio::time::sleep(DB_DOWN_FOR).await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mariadb-up.sh");
-    let up = tokio::process::Command::new(script)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .await
-        .unwrap();
+    let up = run(&["up", &name]).status().await.unwrap();
     assert!(
         up.success(),
-        "tests/mariadb-up.sh could not start MariaDB again"
+        "tests/db-server.sh could not start {name} again"
     );
     (from, now())
 }
 
-/// Waits until no job is pending or claimed; returns how many still were at the deadline.
+/// Waits until no job is pending, scheduled or claimed; returns how many still were at the
+/// deadline.
 async fn wait_empty(db: &TestDb, limit: Duration) -> u64 {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(mut conn) = try_conn(db).await {
+        if let Some(mut conn) = try_conn(&db.url).await {
             let left: Option<u64> = conn
                 .query_first(
-                    "SELECT COUNT(*) FROM myjob_jobs WHERE status IN ('pending', 'claimed')",
+                    "SELECT COUNT(*) FROM myjob_jobs \
+                     WHERE status IN ('pending', 'scheduled', 'claimed')",
                 )
                 .await
                 .ok()
@@ -694,7 +771,7 @@ struct Verdict {
     jobs: u64,
     done: u64,
     failed: u64,
-    /// Pending or claimed at the end, or missing.
+    /// Pending, scheduled or claimed at the end, or missing.
     lost: u64,
     /// Failed although not a designed failure.
     failed_unexpectedly: Vec<u64>,
@@ -728,11 +805,31 @@ impl Verdict {
             && self.systemd_restarts.is_none_or(|n| n == self.kills as u64)
     }
 
+    /// A few of the jobs that made the verdict FAIL, worst first.
+    fn suspects(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = [
+            &self.frozen_lost,
+            &self.double_done,
+            &self.done_unrun,
+            &self.failed_unexpectedly,
+        ]
+        .into_iter()
+        .chain(
+            [UNEXPLAINED, FROZEN]
+                .iter()
+                .filter_map(|c| self.reruns.get(c)),
+        )
+        .flat_map(|ids| ids.iter().take(3).copied())
+        .collect();
+        ids.truncate(3);
+        ids
+    }
+
     fn print(&self, faults: &[Fault], duration: Duration) {
         let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count();
         let reruns: usize = self.reruns.values().map(Vec::len).sum();
         println!(
-            "faults: {} kill -9, {} KILL CONNECTION, {} MariaDB restart, {} freeze of {} s (stale_after {} s; the frozen instance held {} claims)",
+            "faults: {} kill -9, {} KILL CONNECTION, {} server restart, {} freeze of {} s (stale_after {} s; the frozen instance held {} claims)",
             count(|f| matches!(f, Fault::Kill { .. })),
             count(|f| matches!(f, Fault::ConnKill { .. })),
             count(|f| matches!(f, Fault::DbRestart { .. })),
@@ -799,7 +896,7 @@ impl Verdict {
 
 const KILLED: &str = "in flight when its instance was killed (kill -9)";
 const CONN_KILLED: &str = "in flight when its claimer connection was killed";
-const DB_RESTARTED: &str = "in flight when MariaDB restarted";
+const DB_RESTARTED: &str = "in flight when the server restarted";
 const FROZEN: &str = "reaped while its instance was frozen (a bug)";
 const UNEXPLAINED: &str = "no fault explains it (a bug)";
 /// Worst first.
