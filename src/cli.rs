@@ -15,7 +15,8 @@ use tracing::{info, warn};
 use crate::config::{Settings, DEFAULT_PATH};
 use crate::daemon::{self, RunOptions};
 use crate::error::{Error, ExitCode, OrExit};
-use crate::{db, enqueue, logging, schema};
+use crate::store::schema;
+use crate::{db, enqueue, logging};
 
 /// A MySQL/MariaDB-backed job worker: claims jobs from the myjob_jobs table and runs a
 /// handler subprocess for each.

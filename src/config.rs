@@ -16,6 +16,10 @@ use serde::Deserialize;
 /// Where `--config` points when it is not given.
 pub const DEFAULT_PATH: &str = "/etc/myjob/myjob.toml";
 
+/// The PATH a handler gets when myjob itself has none, and where a handler's bare command name
+/// is looked for then.
+pub const HANDLER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// The environment variable that overrides `[database] url`.
 pub const DATABASE_URL_ENV: &str = "MYJOB_DATABASE_URL";
 
@@ -513,7 +517,7 @@ fn check_executable(program: &str) -> Result<(), String> {
     let path = if program.contains('/') {
         PathBuf::from(program)
     } else {
-        let search = std::env::var("PATH").unwrap_or_else(|_| crate::handler::DEFAULT_PATH.into());
+        let search = std::env::var("PATH").unwrap_or_else(|_| HANDLER_PATH.into());
         std::env::split_paths(&search)
             .map(|d| d.join(program))
             .find(|p| p.is_file())

@@ -7,6 +7,9 @@
 //!    releases their jobs without using up an attempt, and writes every outcome.
 //! 4. The reaper, which watches the same token, ends its current pass and disconnects.
 //! 5. The status task sends its last STATUS=, and `run` returns: exit 0.
+//!
+//! A consumer or reaper that ends before the shutdown (a panic: a bug) starts the same order
+//! at step 2, and `run` then fails with exit 70, so that systemd restarts the instance.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,13 +19,15 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::claim::Consumer;
 use crate::config::Settings;
+use crate::db;
 use crate::error::{Error, ExitCode, OrExit};
 use crate::notify;
 use crate::reaper::Reaper;
 use crate::stats::Stats;
-use crate::{db, schema};
+use crate::store::schema;
+use crate::tasks::Tasks;
+use crate::worker::Consumer;
 
 /// What `myjob run` was asked to do.
 #[derive(Debug, Clone)]
@@ -91,37 +96,50 @@ pub async fn run(
     );
     let reaper = Reaper::new(database, settings_rx);
 
-    let consumer = tokio::spawn(consumer.run(shutdown.clone()));
-    let reaper = tokio::spawn(reaper.run(shutdown.clone()));
+    let mut tasks = Tasks::default();
+    tasks.spawn("consumer", consumer.run(shutdown.clone()));
+    tasks.spawn("reaper", reaper.run(shutdown.clone()));
     let status_stop = CancellationToken::new();
     let status = tokio::spawn(status_loop(stats.clone(), status_stop.clone()));
     // READY=1 once the consumer holds its own connection and knows the server's identity:
-    // the startup check's connection says only that the database answered then.
+    // the startup check's connection says only that the database answered then. A consumer
+    // that died first drops its sender, and the loop below finds it ended.
     tokio::select! {
-        _ = connected => {}
+        up = connected => if up.is_ok() {
+            notify::notify_ready();
+            info!("ready");
+        },
         _ = shutdown.cancelled() => {}
     }
-    notify::notify_ready();
-    info!("ready");
 
-    loop {
+    // One exit: the shutdown, or a task that ended before it (a bug), which stops the others
+    // the same way and then fails the process, so that systemd restarts it.
+    let died = loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            biased;
+            _ = shutdown.cancelled() => break None,
+            ended = tasks.ended() => {
+                // A task that stopped because the shutdown came meanwhile ended well.
+                if shutdown.is_cancelled() && ended.panic.is_none() {
+                    break None;
+                }
+                break Some(ended);
+            }
             _ = reload.notified() => reload_settings(&opts, &settings_tx),
         }
+    };
+    if let Some(ended) = &died {
+        error!("{ended}; stopping");
+        shutdown.cancel();
     }
 
     notify::notify_stopping();
     info!("stopping: no new claims");
-    let consumer = consumer.await;
-    let reaper = reaper.await;
+    let joined = tasks.join().await;
     status_stop.cancel();
     let _ = status.await;
-    if let Err(e) = consumer.and(reaper) {
-        return Err(Error::new(
-            ExitCode::Software,
-            anyhow::anyhow!("a task failed: {e}"),
-        ));
+    if let Some(ended) = died.or(joined.err()) {
+        return Err(Error::new(ExitCode::Software, anyhow::anyhow!("{ended}")));
     }
     info!("stopped");
     Ok(())

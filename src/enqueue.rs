@@ -9,9 +9,10 @@ use mysql_async::prelude::*;
 use tracing::warn;
 
 use crate::config::{check_queue_name, Settings};
+use crate::db;
 use crate::error::{Error, ExitCode, OrExit};
-use crate::jobs::{self, Enqueued, NewJob};
-use crate::{db, schema};
+use crate::store::jobs::{self, Enqueued, NewJob};
+use crate::store::schema;
 
 /// The largest payload the column holds (MEDIUMBLOB: 16 MiB less one byte).
 pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024 - 1;

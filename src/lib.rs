@@ -1,19 +1,21 @@
 //! myjob: a MySQL/MariaDB-backed job worker. `main.rs` only calls [`cli::main`]; tests drive
 //! the same code through the binary or through [`daemon::run`].
+//!
+//! - [`worker`]: the consumer and its parts, and how a handler runs;
+//! - [`reaper`]: puts back the claims of dead workers;
+//! - [`store`]: every SQL statement, one file per table;
+//! - [`daemon`]: `myjob run`, which starts both as [`tasks`] and stops them in order.
 
-pub mod claim;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod db;
 pub mod enqueue;
 pub mod error;
-pub mod handler;
-pub mod jobs;
 pub mod logging;
 pub mod notify;
 pub mod reaper;
-pub mod retry;
-pub mod schema;
-pub mod servers;
 pub mod stats;
+pub mod store;
+pub mod tasks;
+pub mod worker;

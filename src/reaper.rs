@@ -32,8 +32,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, ServerId};
-use crate::jobs::{self, OldClaim, Rescued};
-use crate::servers;
+use crate::store::jobs::{self, OldClaim, Rescued};
+use crate::store::servers;
 
 /// The most stale claims handled in one pass; the rest wait for the next.
 const MAX_PER_PASS: usize = 1000;

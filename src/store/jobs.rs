@@ -181,9 +181,9 @@ pub async fn still_claimed(conn: &mut Conn, claims: &[(u64, u64)]) -> anyhow::Re
         .collect())
 }
 
-/// What to write about one finished job.
+/// What became of one finished job, and so what to write about it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Write {
+pub enum Outcome {
     /// The handler succeeded.
     Done,
     /// `scheduled`, due again after `delay`.
@@ -195,12 +195,12 @@ pub enum Write {
     Release,
 }
 
-/// One job's outcome, with the batch that fences it.
+/// One job's outcome, with the batch that fences its write.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct Completion {
     pub job_id: u64,
     pub batch_id: u64,
-    pub write: Write,
+    pub outcome: Outcome,
 }
 
 /// One fenced UPDATE about finished jobs.
@@ -217,20 +217,23 @@ struct Statement {
 /// for the rest (retries and failures carry their own error text; releases happen only at a
 /// shutdown); in one transaction when there is more than one statement. Returns the ids whose
 /// write matched no row because the job was reaped meanwhile.
-pub async fn write_outcomes(conn: &mut Conn, outcomes: &[Outcome]) -> anyhow::Result<Vec<u64>> {
+pub async fn write_outcomes(
+    conn: &mut Conn,
+    completions: &[Completion],
+) -> anyhow::Result<Vec<u64>> {
     let mut statements: Vec<Statement> = Vec::new();
     let mut done: Vec<(u64, Vec<u64>)> = Vec::new();
-    for o in outcomes {
-        let (sql, params): (&str, Vec<Value>) = match &o.write {
-            Write::Done => {
-                match done.iter_mut().find(|g| g.0 == o.batch_id) {
-                    Some(g) => g.1.push(o.job_id),
-                    None => done.push((o.batch_id, vec![o.job_id])),
+    for c in completions {
+        let (sql, params): (&str, Vec<Value>) = match &c.outcome {
+            Outcome::Done => {
+                match done.iter_mut().find(|g| g.0 == c.batch_id) {
+                    Some(g) => g.1.push(c.job_id),
+                    None => done.push((c.batch_id, vec![c.job_id])),
                 }
                 continue;
             }
             // Scheduled, out of the claim's range until the stager finds it due.
-            Write::Retry { delay, error } => (
+            Outcome::Retry { delay, error } => (
                 "UPDATE myjob_jobs SET status = 'scheduled', \
                      run_at = NOW(6) + INTERVAL ? MICROSECOND, \
                      last_error = ?, batch_id = NULL, owner_conn = NULL, owner_server = NULL, \
@@ -238,12 +241,12 @@ pub async fn write_outcomes(conn: &mut Conn, outcomes: &[Outcome]) -> anyhow::Re
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
                 vec![(delay.as_micros() as u64).into(), error.as_str().into()],
             ),
-            Write::Fail { error } => (
+            Outcome::Fail { error } => (
                 "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
                 vec![error.as_str().into()],
             ),
-            Write::Release => (
+            Outcome::Release => (
                 "UPDATE myjob_jobs SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, \
                      batch_id = NULL, owner_conn = NULL, owner_server = NULL, worker = NULL, \
                      claimed_at = NULL \
@@ -252,11 +255,11 @@ pub async fn write_outcomes(conn: &mut Conn, outcomes: &[Outcome]) -> anyhow::Re
             ),
         };
         let mut params = params;
-        params.extend([o.job_id.into(), o.batch_id.into()]);
+        params.extend([c.job_id.into(), c.batch_id.into()]);
         statements.push(Statement {
             sql: sql.to_owned(),
             params,
-            ids: vec![o.job_id],
+            ids: vec![c.job_id],
             done_batch: None,
         });
     }

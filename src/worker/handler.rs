@@ -13,10 +13,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::QueueSettings;
-
-/// The PATH a handler gets when myjob itself has none.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+use crate::config::{QueueSettings, HANDLER_PATH};
 
 /// The most bytes of one output line that are logged; a longer line is split.
 const MAX_LINE: usize = 4096;
@@ -178,7 +175,7 @@ fn command(job: &Job, queue: &QueueSettings) -> Command {
     let mut cmd = Command::new(&queue.command[0]);
     cmd.args(&queue.command[1..]).env_clear().env(
         "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| OsString::from(DEFAULT_PATH)),
+        std::env::var_os("PATH").unwrap_or_else(|| OsString::from(HANDLER_PATH)),
     );
     for name in std::iter::once("LANG").chain(queue.pass_env.iter().map(String::as_str)) {
         if let Some(value) = std::env::var_os(name) {

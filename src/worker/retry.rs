@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::config::QueueSettings;
-use crate::handler::Exit;
-use crate::jobs::Write;
+use crate::store::jobs::Outcome;
+use crate::worker::handler::Exit;
 
 /// A handler that exits with this code has failed for good: the job is `failed` at once,
 /// whatever attempts it has left (sysexits' EX_DATAERR: "the input data was incorrect").
@@ -13,21 +13,21 @@ pub const PERMANENT_FAILURE_EXIT: i32 = 65;
 
 /// Decides the write for a job whose handler ended with `exit`, on attempt `attempt` of
 /// `max_attempts`.
-pub fn decide(exit: Exit, attempt: u32, max_attempts: u32, queue: &QueueSettings) -> Write {
+pub fn decide(exit: Exit, attempt: u32, max_attempts: u32, queue: &QueueSettings) -> Outcome {
     match exit {
-        Exit::Success => Write::Done,
-        Exit::Aborted => Write::Release,
+        Exit::Success => Outcome::Done,
+        Exit::Aborted => Outcome::Release,
         Exit::Failed { reason, code } => {
             if code == Some(PERMANENT_FAILURE_EXIT) {
-                Write::Fail {
+                Outcome::Fail {
                     error: format!("permanent failure on attempt {attempt}: {reason}"),
                 }
             } else if attempt >= max_attempts {
-                Write::Fail {
+                Outcome::Fail {
                     error: format!("attempt {attempt} of {max_attempts}: {reason}"),
                 }
             } else {
-                Write::Retry {
+                Outcome::Retry {
                     delay: backoff(queue, attempt),
                     error: format!("attempt {attempt} of {max_attempts}: {reason}"),
                 }
@@ -97,13 +97,13 @@ mod tests {
     #[test]
     fn failures_retry_until_the_last_attempt() {
         let q = queue();
-        assert!(matches!(decide(failed(1), 1, 3, &q), Write::Retry { .. }));
-        assert!(matches!(decide(failed(1), 3, 3, &q), Write::Fail { .. }));
+        assert!(matches!(decide(failed(1), 1, 3, &q), Outcome::Retry { .. }));
+        assert!(matches!(decide(failed(1), 3, 3, &q), Outcome::Fail { .. }));
         assert!(matches!(
             decide(failed(PERMANENT_FAILURE_EXIT), 1, 3, &q),
-            Write::Fail { .. }
+            Outcome::Fail { .. }
         ));
-        assert_eq!(decide(Exit::Success, 1, 3, &q), Write::Done);
-        assert_eq!(decide(Exit::Aborted, 1, 3, &q), Write::Release);
+        assert_eq!(decide(Exit::Success, 1, 3, &q), Outcome::Done);
+        assert_eq!(decide(Exit::Aborted, 1, 3, &q), Outcome::Release);
     }
 }

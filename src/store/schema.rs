@@ -10,17 +10,17 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (
         1,
         "create_jobs",
-        include_str!("../migrations/0001_create_jobs.sql"),
+        include_str!("../../migrations/0001_create_jobs.sql"),
     ),
     (
         2,
         "create_servers",
-        include_str!("../migrations/0002_create_servers.sql"),
+        include_str!("../../migrations/0002_create_servers.sql"),
     ),
     (
         3,
         "claim_per_queue",
-        include_str!("../migrations/0003_claim_per_queue.sql"),
+        include_str!("../../migrations/0003_claim_per_queue.sql"),
     ),
 ];
 

@@ -1,0 +1,6 @@
+//! Every SQL statement myjob sends, one file per table. Values are always bound as
+//! parameters, and each statement says which index serves it.
+
+pub mod jobs;
+pub mod schema;
+pub mod servers;

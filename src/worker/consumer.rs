@@ -1,0 +1,419 @@
+//! The consumer: one per instance. It claims as many due jobs as it has free handler slots,
+//! starts a handler for each, and writes their outcomes back, fenced by batch_id. Its parts
+//! each own one concern: the [`Link`] (the connection), the [`Prefetch`] (claimed jobs not
+//! started yet), the [`Slots`] (running handlers) and the [`Outbox`] (outcomes not written
+//! yet); the loop only decides what is due and waits for the earliest deadline.
+//!
+//! Why one claimer per instance rather than one per slot: claimers racing for the head of the
+//! queue wait on each other's row locks, and throughput falls as they are added. One claimer
+//! per instance keeps one connection per instance in the race.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use tokio::sync::{oneshot, watch};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::config::{DatabaseSettings, Settings};
+use crate::db::{self, Failure};
+use crate::error::chain;
+use crate::stats::Stats;
+use crate::store::jobs::{self, Claimer, Completion, Outcome};
+use crate::worker::link::{Fresh, Link};
+use crate::worker::outbox::Outbox;
+use crate::worker::prefetch::{Prefetch, Ready};
+use crate::worker::slots::{Finished, Slots};
+
+/// After a shutdown, how long myjob keeps trying to write the last outcomes.
+const FINAL_WRITE: Duration = Duration::from_secs(10);
+/// A healthy loop turns at least this often, for the watchdog (see [`Stats::beat`]).
+const TURN: Duration = Duration::from_secs(1);
+
+pub struct Consumer {
+    settings: watch::Receiver<Arc<Settings>>,
+    /// `host:pid:instance`, written into claimed rows.
+    worker: String,
+    stats: Arc<Stats>,
+    link: Link,
+    prefetch: Prefetch,
+    slots: Slots,
+    outbox: Outbox,
+    /// Which queue the next claim starts with: each claim starts one further, so that when
+    /// every queue has a backlog none waits behind the others.
+    rotation: usize,
+    /// When the stager runs next (see [`jobs::stage`]): once per `poll_interval`.
+    next_stage: Instant,
+}
+
+impl Consumer {
+    pub fn new(
+        db: DatabaseSettings,
+        settings: watch::Receiver<Arc<Settings>>,
+        instance: &str,
+        stats: Arc<Stats>,
+        connected: oneshot::Sender<()>,
+    ) -> Self {
+        let host = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into());
+        let now = Instant::now();
+        Consumer {
+            settings,
+            worker: format!("{host}:{}:{instance}", std::process::id()),
+            stats,
+            link: Link::new(db, connected),
+            prefetch: Prefetch::new(now),
+            slots: Slots::new(instance),
+            outbox: Outbox::default(),
+            rotation: 0,
+            next_stage: now,
+        }
+    }
+
+    /// Claims and runs jobs until `shutdown` fires, then drains: see [`Consumer::drain`].
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        // A full claim means more jobs are waiting: claim again as soon as there is room.
+        // Otherwise wait for `poll_interval` before the next claim.
+        let mut backlog = false;
+        let mut next_claim = Instant::now();
+        // The loop's one exit is the shutdown token; database trouble only reconnects.
+        while !shutdown.is_cancelled() {
+            self.stats.beat();
+            let settings = self.settings.borrow_and_update().clone();
+            let worker = &settings.worker;
+            self.stats.slots.store(worker.concurrency, Relaxed);
+            while let Some(f) = self.slots.try_finished() {
+                self.finished(f);
+            }
+            self.fill(&settings);
+            self.reconnect_if_due().await;
+            let now = Instant::now();
+            if self
+                .outbox
+                .due(now, worker.batch_size / 2, self.slots.is_empty())
+            {
+                self.write().await;
+            }
+
+            let want = self.prefetch.want(now, self.slots.len(), worker);
+            // Claim when the prefetch runs low, and while the queue has a backlog for at least
+            // `least` jobs: fewer, fuller claims. At the poll, any free slot is worth a claim.
+            let due = (backlog && want.jobs >= want.least) || (now >= next_claim && want.jobs > 0);
+            if now >= self.next_stage {
+                self.stage().await;
+                // From the end of this pass: a stager that waited out a lock must not run
+                // again at once and keep the claims from their turn.
+                self.next_stage = Instant::now() + worker.poll_interval;
+            }
+            if want.low && due {
+                backlog = match self.claim(&settings, want.jobs).await {
+                    Ok(got) => got == want.jobs,
+                    Err(e) => {
+                        self.db_error(e).await;
+                        false
+                    }
+                };
+                self.fill(&settings);
+                if !backlog {
+                    next_claim = now + worker.poll_interval;
+                } else if self.prefetch.is_empty() && self.slots.len() < worker.concurrency {
+                    continue;
+                }
+            } else {
+                self.link.keepalive().await;
+            }
+
+            let mut wake = now + TURN;
+            if !backlog {
+                wake = wake.min(next_claim);
+            }
+            // Outcomes wait for the link when it is down: its reconnect is the deadline then.
+            if let Some(t) = self.outbox.deadline().filter(|_| self.link.is_up()) {
+                wake = wake.min(t);
+            }
+            wake = wake.min(self.link.deadline());
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                f = self.slots.next_finished(), if !self.slots.is_empty() => {
+                    self.finished(f);
+                    self.fill(&settings);
+                }
+                _ = sleep_until(wake) => {}
+                _ = self.settings.changed() => {}
+            }
+        }
+        // Prefetched jobs never started: back to pending, the attempt given back.
+        for r in self.prefetch.take_all() {
+            info!(
+                job_id = r.job.id,
+                "job released: claimed ahead but not started before the shutdown"
+            );
+            self.outbox.push(Completion {
+                job_id: r.job.id,
+                batch_id: r.batch_id,
+                outcome: Outcome::Release,
+            });
+        }
+        let timeout = self.settings.borrow().worker.shutdown_timeout;
+        self.drain(timeout).await;
+    }
+
+    /// Starts prefetched jobs while there are free slots.
+    fn fill(&mut self, settings: &Settings) {
+        while self.slots.len() < settings.worker.concurrency {
+            let Some(r) = self.prefetch.pop() else {
+                break;
+            };
+            self.slots.start(r, settings.worker.kill_grace);
+        }
+        self.stats.running.store(self.slots.len(), Relaxed);
+    }
+
+    /// The stop path: no new claims; running handlers get `timeout` to finish, then are
+    /// killed and their jobs released without using up an attempt; every outcome is written,
+    /// with a few more seconds of reconnecting if the database is away.
+    async fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        if !self.slots.is_empty() {
+            info!(
+                running = self.slots.len(),
+                "draining: waiting up to {} for running handlers",
+                humantime::format_duration(timeout)
+            );
+        }
+        let mut aborted = false;
+        while !self.slots.is_empty() {
+            self.stats.beat();
+            let retry = (!self.link.is_up()).then(|| self.link.deadline());
+            tokio::select! {
+                f = self.slots.next_finished() => self.finished(f),
+                _ = sleep_until(deadline), if !aborted => {
+                    warn!(running = self.slots.len(), "shutdown_timeout passed: killing the handlers still running");
+                    self.slots.abort();
+                    aborted = true;
+                }
+                _ = sleep_until(retry.unwrap_or(deadline)), if retry.is_some() => {}
+            }
+            self.write_or_reconnect().await;
+        }
+        let give_up = Instant::now() + FINAL_WRITE;
+        while !self.outbox.is_empty() && Instant::now() < give_up {
+            // The reconnect when the link is down; the pause after a lost race when it is up.
+            let next = match self.link.is_up() {
+                true => self.outbox.deadline(),
+                false => Some(self.link.deadline()),
+            };
+            if let Some(t) = next {
+                sleep_until(t.min(give_up)).await;
+            }
+            self.write_or_reconnect().await;
+        }
+        if !self.outbox.is_empty() {
+            error!(
+                jobs = self.outbox.len(),
+                "cannot write the last outcomes; the reaper will put these jobs back"
+            );
+        }
+        self.link.close().await;
+    }
+
+    /// Runs the stager: due scheduled jobs become pending, and the other way (see
+    /// [`jobs::stage`]).
+    async fn stage(&mut self) {
+        let Some(conn) = self.link.conn() else {
+            return;
+        };
+        match jobs::stage(conn).await {
+            Ok(moved) => {
+                self.link.succeeded();
+                if moved > 0 {
+                    debug!(
+                        jobs = moved,
+                        "stager: jobs moved between scheduled and pending"
+                    );
+                }
+            }
+            Err(e) => self.db_error(e).await,
+        }
+    }
+
+    /// Claims up to `want` jobs into the prefetch, one statement per queue: each queue is
+    /// offered an even share of what is still wanted, starting one queue further each time.
+    /// Returns how many it got.
+    async fn claim(&mut self, settings: &Settings, want: usize) -> anyhow::Result<usize> {
+        let server = self.link.server().to_owned();
+        let Some(conn) = self.link.conn() else {
+            return Ok(0);
+        };
+        let batch_id = jobs::new_batch_id();
+        let who = Claimer {
+            owner_server: &server,
+            worker: &self.worker,
+        };
+        let queues = &settings.queues;
+        let first = self.rotation % queues.len().max(1);
+        self.rotation = self.rotation.wrapping_add(1);
+        let mut left = want;
+        // Each queue's claim commits by itself: when one fails, what the others claimed is
+        // read all the same, or it would sit claimed by a live connection, never run.
+        let mut failed = None;
+        for k in 0..queues.len() {
+            if left == 0 {
+                break;
+            }
+            let queue = &queues[(first + k) % queues.len()];
+            let share = left.div_ceil(queues.len() - k);
+            match jobs::claim(conn, batch_id, &queue.name, share, &who).await {
+                Ok(n) => left -= n,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if left == want {
+            self.link.used();
+            return failed.map_or(Ok(0), Err);
+        }
+        let claimed = jobs::read_batch(conn, batch_id).await?;
+        self.link.used();
+        self.stats.claimed();
+        debug!(batch_id, jobs = claimed.len(), "claimed a batch");
+        let got = claimed.len();
+        for job in claimed {
+            // Claimed by its exact name, so the lookup finds it; a claim that cannot be
+            // started all the same goes back at once rather than sit claimed.
+            let Some(queue) = settings.queue(&job.queue).cloned() else {
+                warn!(job_id = job.id, queue = %job.queue, "job released: claimed for a queue this instance does not serve");
+                self.outbox.push(Completion {
+                    job_id: job.id,
+                    batch_id,
+                    outcome: Outcome::Release,
+                });
+                continue;
+            };
+            self.prefetch.push(Ready {
+                job,
+                batch_id,
+                queue,
+            });
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => {
+                self.link.succeeded();
+                Ok(got)
+            }
+        }
+    }
+
+    /// A handler ended: log its outcome and keep it for the next write.
+    fn finished(&mut self, f: Finished) {
+        self.prefetch.completed();
+        self.stats.running.store(self.slots.len(), Relaxed);
+        let (job_id, attempt) = (f.completion.job_id, f.attempt);
+        match &f.completion.outcome {
+            Outcome::Done => {
+                self.stats.done.fetch_add(1, Relaxed);
+                info!(job_id, attempt, "job done");
+            }
+            Outcome::Retry { delay, error } => {
+                self.stats.retried.fetch_add(1, Relaxed);
+                warn!(job_id, attempt, retry_in = %humantime::format_duration(*delay), "job failed, will retry: {error}");
+            }
+            Outcome::Fail { error } => {
+                self.stats.failed.fetch_add(1, Relaxed);
+                error!(job_id, attempt, "job failed: {error}");
+            }
+            Outcome::Release => info!(
+                job_id,
+                attempt, "job released: cut short by the shutdown, the attempt does not count"
+            ),
+        }
+        self.outbox.push(f.completion);
+    }
+
+    /// Writes the outbox; on an error the outcomes stay for the next write.
+    async fn write(&mut self) {
+        let Some(conn) = self.link.conn() else {
+            return;
+        };
+        match self.outbox.write(conn).await {
+            Ok(()) => self.link.succeeded(),
+            Err(e) => self.db_error(e).await,
+        }
+    }
+
+    /// A statement failed: what comes next depends on what the error says of the connection.
+    /// A lost race (a deadlock, a Galera certification conflict, a lock wait timeout) or a
+    /// statement the server refuses keeps the connection: the loop goes on, and the outbox
+    /// writes again after a short random pause (a claim is tried again at its next turn).
+    /// Anything else drops the connection.
+    async fn db_error(&mut self, e: anyhow::Error) {
+        if db::classify(&e) == Failure::Connection {
+            self.link.lost(&e);
+            return;
+        }
+        warn!(
+            "consumer: {}; trying again on the same connection",
+            chain(&*e)
+        );
+        // A deadlock has rolled the transaction back, a lock wait timeout only the statement.
+        if let Some(conn) = self.link.conn() {
+            if let Err(e) = conn.query_drop("ROLLBACK").await {
+                self.link.lost(&anyhow::anyhow!(db::describe(&e)));
+                return;
+            }
+        }
+        self.outbox.lost_race();
+    }
+
+    /// Writes the outbox, connecting first if the link is down and an attempt is due.
+    async fn write_or_reconnect(&mut self) {
+        self.reconnect_if_due().await;
+        self.write().await;
+    }
+
+    /// When the link is down and its backoff has passed, one attempt to connect. A new
+    /// connection first adopts the claims this instance still holds, so the reaper does not
+    /// take them from running handlers.
+    async fn reconnect_if_due(&mut self) {
+        if self.link.is_up() {
+            return;
+        }
+        self.stats.beat();
+        let Some(mut fresh) = self.link.connect_if_due().await else {
+            return;
+        };
+        match self.adopt(&mut fresh).await {
+            Ok(adopted) => self.link.install(fresh, adopted),
+            Err(e) => self.link.failed(&e.context("setting up the connection")),
+        }
+    }
+
+    /// Re-owns this instance's claims on a new connection, and drops the prefetched jobs whose
+    /// claim the reaper took while the connection was away: they are someone else's now.
+    async fn adopt(&mut self, fresh: &mut Fresh) -> anyhow::Result<u64> {
+        let mut batches: Vec<u64> = self
+            .slots
+            .batches()
+            .chain(self.prefetch.batches())
+            .chain(self.outbox.batches())
+            .collect();
+        batches.sort_unstable();
+        batches.dedup();
+        let adopted = jobs::adopt(&mut fresh.conn, &batches, &fresh.server).await?;
+        let held = jobs::still_claimed(&mut fresh.conn, &self.prefetch.claims()).await?;
+        for job_id in self.prefetch.keep_only(&held) {
+            warn!(
+                job_id,
+                "job dropped before its start: its claim was put back while the connection was away"
+            );
+        }
+        Ok(adopted)
+    }
+}

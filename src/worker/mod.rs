@@ -1,0 +1,12 @@
+//! The worker side of an instance: the [`Consumer`] and the parts it is made of, and how one
+//! handler runs and what its exit means.
+
+mod consumer;
+pub mod handler;
+mod link;
+mod outbox;
+mod prefetch;
+pub mod retry;
+mod slots;
+
+pub use consumer::Consumer;

@@ -1,0 +1,204 @@
+//! The outbox: outcomes of finished jobs, held until they are written. Each write is a commit
+//! (an fsync on the server), so outcomes are written together rather than one per handler,
+//! and kept when the database is away or the write lost a race.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use tokio::time::Instant;
+use tracing::{error, warn};
+
+use crate::db::{self, Failure};
+use crate::error::chain;
+use crate::store::jobs::{self, Completion, Outcome};
+
+/// The longest an outcome waits for others to share its write.
+pub const WRITE_AFTER: Duration = Duration::from_millis(10);
+
+#[derive(Default)]
+pub struct Outbox {
+    held: Vec<Completion>,
+    /// When the oldest held outcome came in.
+    since: Option<Instant>,
+    /// Not before then: the last write lost a race (see [`Outbox::lost_race`]).
+    not_before: Option<Instant>,
+}
+
+impl Outbox {
+    pub fn push(&mut self, c: Completion) {
+        self.since.get_or_insert_with(Instant::now);
+        self.held.push(c);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The batches the held outcomes belong to: still this instance's claims.
+    pub fn batches(&self) -> impl Iterator<Item = u64> + '_ {
+        self.held.iter().map(|c| c.batch_id)
+    }
+
+    /// Whether to write now: once `enough` have finished, once the oldest has waited
+    /// [`WRITE_AFTER`], or when nothing else is running (`idle`); never during the pause after
+    /// a lost race.
+    pub fn due(&self, now: Instant, enough: usize, idle: bool) -> bool {
+        !self.held.is_empty()
+            && self.not_before.is_none_or(|t| now >= t)
+            && (self.held.len() >= enough.max(1)
+                || idle
+                || self.since.is_some_and(|t| now >= t + WRITE_AFTER))
+    }
+
+    /// When [`Outbox::due`] turns true by waiting alone.
+    pub fn deadline(&self) -> Option<Instant> {
+        let since = self.since? + WRITE_AFTER;
+        Some(self.not_before.map_or(since, |t| t.max(since)))
+    }
+
+    /// The write lost a race (a deadlock, a Galera conflict, a lock wait): the outcomes stay,
+    /// and are written again after a short random pause, so that two conflicting writers do
+    /// not meet again at once.
+    pub fn lost_race(&mut self) {
+        self.not_before =
+            Some(Instant::now() + Duration::from_millis(5 + rand::random::<u64>() % 45));
+    }
+
+    /// Writes everything held. On an error the outcomes stay held. When the server refuses
+    /// the write for good (a trigger or a constraint of the user's), they are written one by
+    /// one instead, so that one job's outcome does not hold back the others.
+    pub async fn write(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let fenced = match jobs::write_outcomes(conn, &self.held).await {
+            Ok(fenced) => fenced,
+            Err(e) if db::classify(&e) == Failure::Refused => {
+                warn!(
+                    "consumer: the server refused a write of {} outcomes ({}): writing them one by one",
+                    self.held.len(),
+                    chain(&*e)
+                );
+                conn.query_drop("ROLLBACK")
+                    .await
+                    .map_err(|e| anyhow::anyhow!(db::describe(&e)))?;
+                return self.write_one_by_one(conn).await;
+            }
+            Err(e) => return Err(e),
+        };
+        warn_fenced(&fenced);
+        self.held.clear();
+        self.since = None;
+        self.not_before = None;
+        Ok(())
+    }
+
+    /// A refused outcome becomes a failure of its job with the server's message; if even
+    /// that is refused, it is logged and dropped, and the job stays claimed by this instance
+    /// until it stops (the reaper then puts it back).
+    async fn write_one_by_one(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
+        let mut left: VecDeque<Completion> = std::mem::take(&mut self.held).into();
+        self.since = None;
+        while let Some(c) = left.pop_front() {
+            match write_or_fail(conn, &c).await {
+                Ok(fenced) => warn_fenced(&fenced),
+                Err(e) => {
+                    left.push_front(c);
+                    self.held.extend(left);
+                    self.since = Some(Instant::now());
+                    return Err(e);
+                }
+            }
+        }
+        self.not_before = None;
+        Ok(())
+    }
+}
+
+/// Writes one outcome; if the server refuses it, fails the job with the server's message.
+async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<Vec<u64>> {
+    let e = match jobs::write_outcomes(conn, std::slice::from_ref(c)).await {
+        Err(e) if db::classify(&e) == Failure::Refused => e,
+        other => return other,
+    };
+    let reason = chain(&*e);
+    error!(
+        job_id = c.job_id,
+        "job failed: the server refused its outcome: {reason}"
+    );
+    let failed = Completion {
+        outcome: Outcome::Fail {
+            error: format!("the server refused this job's outcome: {reason}"),
+        },
+        ..c.clone()
+    };
+    match jobs::write_outcomes(conn, std::slice::from_ref(&failed)).await {
+        Err(e) if db::classify(&e) == Failure::Refused => {
+            error!(
+                job_id = c.job_id,
+                "job outcome dropped: the server refuses every write about it ({})",
+                chain(&*e)
+            );
+            Ok(Vec::new())
+        }
+        other => other,
+    }
+}
+
+fn warn_fenced(fenced: &[u64]) {
+    for &job_id in fenced {
+        warn!(
+            job_id,
+            "job outcome not written: its claim was reaped and the job was put back meanwhile"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(job_id: u64) -> Completion {
+        Completion {
+            job_id,
+            batch_id: 1,
+            outcome: Outcome::Done,
+        }
+    }
+
+    #[test]
+    fn writes_when_enough_have_finished_when_idle_or_after_a_wait() {
+        let now = Instant::now();
+        let mut o = Outbox::default();
+        assert!(!o.due(now, 4, true), "nothing to write");
+        assert_eq!(o.deadline(), None);
+        o.push(done(1));
+        let t = o.deadline().unwrap();
+        assert!(!o.due(now, 4, false));
+        assert!(o.due(now, 4, true), "nothing else runs");
+        assert!(o.due(t, 4, false), "the first has waited long enough");
+        for id in 2..=4 {
+            o.push(done(id));
+        }
+        assert!(o.due(now, 4, false), "a batch's worth");
+        assert_eq!(o.batches().collect::<Vec<_>>(), [1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn waits_a_short_pause_after_a_lost_race() {
+        let mut o = Outbox::default();
+        o.push(done(1));
+        o.lost_race();
+        let now = Instant::now();
+        assert!(!o.due(now, 1, true), "not during the pause");
+        let t = o.deadline().unwrap();
+        assert!(t > now && t <= now + Duration::from_millis(50));
+        assert!(o.due(t, 1, true));
+    }
+}
