@@ -1,7 +1,6 @@
-//! Database errors by kind, with a real server: a statement that loses a race (here a lock
-//! wait timeout, which is handled as a deadlock or a Galera certification conflict is) is
-//! tried again on the same connection, and an outcome the server refuses fails only its own
-//! job.
+//! Database errors by kind, with a real server: a statement that loses a race (a deadlock, or
+//! a lock wait timeout, handled as a Galera certification conflict is) is tried again on the
+//! same connection, and an outcome the server refuses fails only its own job.
 
 mod common;
 
@@ -78,4 +77,87 @@ async fn an_outcome_the_server_refuses_fails_only_its_job() {
     let log = worker.log_text();
     assert!(log.contains("writing them one by one"), "{log}");
     assert!(!log.contains("reconnecting"), "{log}");
+}
+
+/// A real deadlock on the outcome write: a trigger of the user's counts finished jobs in a
+/// row that another session holds, and that session then waits for the job's row. The server
+/// rolls back the lighter transaction, the instance's (1213); it is logged and written again
+/// on the same connection, and the job ends done, counted once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deadlock_is_tried_again_on_the_same_connection() {
+    let db = TestDb::new("deadlock").await;
+    let mut setup = db.conn().await;
+    for sql in [
+        "CREATE TABLE audit (id INT PRIMARY KEY, done INT NOT NULL)",
+        "CREATE TABLE audit_log (id INT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(20))",
+        "INSERT INTO audit VALUES (1, 0)",
+        "CREATE TRIGGER count_done AFTER UPDATE ON myjob_jobs FOR EACH ROW \
+         IF NEW.status = 'done' THEN UPDATE audit SET done = done + 1 WHERE id = 1; END IF",
+    ] {
+        setup.query_drop(sql).await.unwrap();
+    }
+    let config = db.config("", "");
+    let worker = Worker::start(&config, "1");
+    worker.wait_log("ready", 20).await;
+
+    // The other session: heavier (a few hundred rows written), so that the server picks the
+    // instance's one-row write as the victim; it holds the audit row.
+    let mut other = db.conn().await;
+    other.query_drop("BEGIN").await.unwrap();
+    other
+        .query_drop(
+            "INSERT INTO audit_log (note) SELECT 'x' FROM information_schema.COLUMNS LIMIT 300",
+        )
+        .await
+        .unwrap();
+    other
+        .query_drop("UPDATE audit SET done = done + 100 WHERE id = 1")
+        .await
+        .unwrap();
+    let id = db.insert("q", &["quick"]).await[0];
+    // The instance's write now holds the job's row and waits in the trigger for the audit row:
+    // the row reads as claimed, yet is locked.
+    let mut writing = false;
+    for _ in 0..200 {
+        let claimed = db.job(id).await.0 == "claimed";
+        let locked = setup
+            .exec_drop(
+                "SELECT id FROM myjob_jobs WHERE id = ? FOR UPDATE NOWAIT",
+                (id,),
+            )
+            .await
+            .is_err();
+        if claimed && locked {
+            writing = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        writing,
+        "the instance's write never waited for the audit row"
+    );
+    // Closes the cycle: the server finds the deadlock at once and rolls the instance back.
+    other
+        .exec_drop(
+            "UPDATE myjob_jobs SET priority = priority + 1 WHERE id = ?",
+            (id,),
+        )
+        .await
+        .unwrap();
+    other.query_drop("COMMIT").await.unwrap();
+
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 20)
+        .await;
+    let done: u64 = setup
+        .query_first("SELECT done FROM audit WHERE id = 1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done, 101, "the job was counted once");
+    let log = worker.log_text();
+    assert!(log.contains("Deadlock found"), "{log}");
+    assert!(log.contains("trying again on the same connection"), "{log}");
+    assert!(!log.contains("reconnecting"), "{log}");
+    assert_eq!(log.matches("consumer: connected").count(), 1, "{log}");
 }
