@@ -359,7 +359,7 @@ impl Bench {
             .await
             .unwrap();
         let mut conn = self.conn().await;
-        myjob::schema::migrate(&mut conn).await.unwrap();
+        myjob::store::schema::migrate(&mut conn).await.unwrap();
         conn
     }
 
@@ -554,7 +554,7 @@ impl Bench {
                             .unwrap();
                         }
                     }
-                    while myjob::jobs::stage(&mut conn).await.unwrap() > 0 {}
+                    while myjob::store::jobs::stage(&mut conn).await.unwrap() > 0 {}
                 }
                 self.insert(&mut conn, n).await;
                 conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
@@ -678,17 +678,19 @@ impl Bench {
             }
             self.insert(&mut conn, 6_000).await;
             conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
-            let who = myjob::jobs::Claimer {
+            let who = myjob::store::jobs::Claimer {
                 owner_server: "bench",
                 worker: "bench",
             };
             let mut times = Vec::new();
             for batch in 1..=20u64 {
                 let t = Instant::now();
-                myjob::jobs::claim(&mut conn, batch, "bench", 100, &who)
+                myjob::store::jobs::claim(&mut conn, batch, "bench", 100, &who)
                     .await
                     .unwrap();
-                let got = myjob::jobs::read_batch(&mut conn, batch).await.unwrap();
+                let got = myjob::store::jobs::read_batch(&mut conn, batch)
+                    .await
+                    .unwrap();
                 times.push(t.elapsed().as_secs_f64() * 1000.0);
                 assert_eq!(got.len(), 100);
             }
@@ -701,7 +703,7 @@ impl Bench {
         let mut conn = self.conn().await;
         let rows: Vec<mysql_async::Row> = conn
             .exec(
-                format!("EXPLAIN {}", myjob::jobs::CLAIM),
+                format!("EXPLAIN {}", myjob::store::jobs::CLAIM),
                 (1u64, "bench", "bench", "bench", 100u64),
             )
             .await

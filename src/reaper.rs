@@ -31,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{DatabaseSettings, Settings};
-use crate::db::{self, ServerId};
+use crate::db::{self, Failure, ServerId};
+use crate::error::chain;
 use crate::store::jobs::{self, OldClaim, Rescued};
 use crate::store::servers;
 
@@ -75,8 +76,10 @@ impl Reaper {
         }
     }
 
-    /// Reaps every `interval` until `shutdown` fires. Errors are logged and the next pass
-    /// starts on a fresh connection.
+    /// Reaps every `interval` until `shutdown` fires. Errors are logged; a lost race (a
+    /// deadlock, a Galera certification conflict, a lock wait) or a refused statement is
+    /// tried again at the next pass on the same connection, which keeps the time it has been
+    /// connected (see `settled`); anything else starts the next pass on a fresh connection.
     pub async fn run(mut self, shutdown: CancellationToken) {
         loop {
             let interval = self.settings.borrow().reaper.interval;
@@ -84,8 +87,17 @@ impl Reaper {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(interval) => {}
             }
-            if let Err(e) = self.pass().await {
-                warn!("reaper: {}", crate::error::chain(&*e));
+            let Err(e) = self.pass().await else {
+                continue;
+            };
+            let kept = match (db::classify(&e), self.conn.as_mut()) {
+                (Failure::Connection, _) | (_, None) => false,
+                (_, Some((conn, ..))) => conn.query_drop("ROLLBACK").await.is_ok(),
+            };
+            if kept {
+                warn!("reaper: {}; trying again at the next pass", chain(&*e));
+            } else {
+                warn!("reaper: {}; reconnecting at the next pass", chain(&*e));
                 self.conn = None;
             }
         }

@@ -33,7 +33,7 @@ async fn claimer(db: &TestDb) -> Conn {
         .unwrap()
 }
 
-const WHO: myjob::jobs::Claimer<'static> = myjob::jobs::Claimer {
+const WHO: myjob::store::jobs::Claimer<'static> = myjob::store::jobs::Claimer {
     owner_server: "test",
     worker: "test",
 };
@@ -71,7 +71,7 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     // The stager moves the 200k future rows out of the pending range, in chunks.
     let mut moved = 0;
     loop {
-        let n = myjob::jobs::stage(&mut claimer).await.unwrap();
+        let n = myjob::store::jobs::stage(&mut claimer).await.unwrap();
         moved += n;
         if n == 0 {
             break;
@@ -83,7 +83,7 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     // Nothing due: the stager reads almost nothing.
     let own = status_cost(&mut claimer).await;
     let before = reads(&mut claimer).await;
-    assert_eq!(myjob::jobs::stage(&mut claimer).await.unwrap(), 0);
+    assert_eq!(myjob::store::jobs::stage(&mut claimer).await.unwrap(), 0);
     let staged = reads(&mut claimer).await - before - own;
 
     let first_due: Option<u64> = conn
@@ -91,10 +91,12 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
         .await
         .unwrap();
     let before = reads(&mut claimer).await;
-    let n = myjob::jobs::claim(&mut claimer, 7, "q", 10, &WHO)
+    let n = myjob::store::jobs::claim(&mut claimer, 7, "q", 10, &WHO)
         .await
         .unwrap();
-    let got = myjob::jobs::read_batch(&mut claimer, 7).await.unwrap();
+    let got = myjob::store::jobs::read_batch(&mut claimer, 7)
+        .await
+        .unwrap();
     let claimed = reads(&mut claimer).await - before - own;
     eprintln!(
         "index entries read: claim + read of 10: {claimed}; stager with nothing due: {staged}"

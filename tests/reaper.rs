@@ -222,3 +222,38 @@ async fn process_through_a_default_role_is_recognised() {
         .unwrap();
     conn.query_drop(format!("DROP ROLE {role}")).await.unwrap();
 }
+
+/// The reaper's rescue waits for a row another session holds, past `lock_wait_timeout`: the
+/// timeout is logged and the rescue tried again at a later pass on the same connection, so
+/// the reaper keeps the time it has been connected; the job comes back once the lock is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_wait_in_the_reaper_keeps_its_connection() {
+    let db = TestDb::new("reaper_lock_wait").await;
+    let config = db.config("", "");
+    let url_line = format!("url = \"{}\"", db.url);
+    let with_wait = format!("{url_line}\nlock_wait_timeout = \"1s\"");
+    edited(&config, &config, &[(url_line.as_str(), with_wait.as_str())]);
+
+    // A stale claim of a connection that is gone, made through this server.
+    let id = db
+        .insert_abandoned_claim(&db.server_id().await.to_string())
+        .await;
+    let mut locker = db.conn().await;
+    locker.query_drop("BEGIN").await.unwrap();
+    locker
+        .exec_drop("SELECT id FROM myjob_jobs WHERE id = ? FOR UPDATE", (id,))
+        .await
+        .unwrap();
+
+    let worker = Worker::start(&config, "1");
+    worker.wait_log("trying again at the next pass", 20).await;
+    assert_eq!(db.job(id).await.0, "claimed");
+    locker.query_drop("COMMIT").await.unwrap();
+
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 20)
+        .await;
+    let log = worker.log_text();
+    assert!(log.contains("Lock wait timeout exceeded"), "{log}");
+    assert!(log.contains("reaper: stale claim put back"), "{log}");
+    assert!(!log.contains("reconnecting"), "{log}");
+}

@@ -41,7 +41,9 @@ impl TestDb {
     pub async fn new(tag: &str) -> TestDb {
         let db = Self::empty(tag).await;
         let mut conn = db.conn().await;
-        myjob::schema::migrate(&mut conn).await.expect("migrate");
+        myjob::store::schema::migrate(&mut conn)
+            .await
+            .expect("migrate");
         db
     }
 
