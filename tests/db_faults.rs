@@ -218,3 +218,68 @@ async fn a_server_wait_timeout_shorter_than_a_handler_does_not_cost_the_claim() 
     assert!(!log.contains("reconnecting"), "{log}");
     assert!(!log.contains("stale claim put back"), "{log}");
 }
+
+/// Jobs claimed ahead wait behind a long job in the one slot when the database goes away, and
+/// meanwhile their claims are put back (as the reaper does for a connection that is gone). At
+/// the reconnect the instance drops them rather than start them: they run once, claimed anew.
+#[tokio::test(flavor = "multi_thread")]
+async fn prefetched_jobs_whose_claim_was_put_back_are_not_started() {
+    let db = TestDb::new("away_prefetch").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    let config = config_through(
+        &db,
+        &proxy,
+        "proxied.toml",
+        &[("concurrency = 2", "concurrency = 1")],
+    );
+    std::fs::write(db.path("slow"), "").unwrap();
+
+    // Quick jobs give the instance a completion rate, so that it claims ahead; then a long job
+    // of a higher priority takes the slot, with quick ones claimed behind it.
+    db.insert_rows("(queue, payload)", "('q', 'quick')", 400)
+        .await;
+    let a = Worker::start(&config, "a");
+    db.wait_at_least("status = 'done'", 100, 30).await;
+    db.insert_rows("(queue, payload, priority)", "('q', 'slow-if-flag', 1)", 1)
+        .await;
+    let waiting = "status = 'claimed' AND payload = 'quick'";
+    db.wait_count("status = 'claimed' AND payload = 'slow-if-flag'", 1, 20)
+        .await;
+    db.wait_at_least(waiting, 1, 20).await;
+    let held: Vec<u64> = db
+        .conn()
+        .await
+        .query(format!(
+            "SELECT id FROM myjob_jobs WHERE {waiting} ORDER BY id"
+        ))
+        .await
+        .unwrap();
+
+    // Away; their claims go back, as the reaper puts back those of a connection that is gone.
+    proxy.down();
+    db.conn()
+        .await
+        .query_drop(format!(
+            "UPDATE myjob_jobs SET status = 'pending', batch_id = NULL, owner_conn = NULL, \
+             owner_server = NULL, worker = NULL, claimed_at = NULL, attempts = attempts - 1 \
+             WHERE {waiting}"
+        ))
+        .await
+        .unwrap();
+    proxy.up().await;
+    for id in &held {
+        a.wait_log(
+            &format!("job dropped before its start: its claim was put back while the connection was away job_id={id}"),
+            30,
+        )
+        .await;
+    }
+    std::fs::remove_file(db.path("slow")).unwrap();
+    db.wait_count("status = 'done'", 401, 60).await;
+    let runs = db.runs();
+    for id in &held {
+        let n = runs.iter().filter(|r| r.0 == *id).count();
+        assert_eq!(n, 1, "job {id} ran {n} times");
+    }
+}

@@ -1,7 +1,8 @@
 //! On a Galera cluster: the claims made through a node that dies come back through the other
-//! nodes. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it for the cluster of
-//! tests/db-server.sh). The test kills a node, so plain `cargo test` skips it; tests/run runs
-//! it with `--ignored`, beside the chaos run on the same cluster.
+//! nodes, and write conflicts between nodes cost no reconnect. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it for the cluster of
+//! tests/db-server.sh). A test kills a node, so plain `cargo test` skips them; tests/run runs
+//! them with `--ignored --test-threads=1` (one test kills a node the other needs), beside the
+//! chaos run on the same cluster.
 
 mod common;
 

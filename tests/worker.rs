@@ -401,3 +401,28 @@ async fn sigterm_releases_prefetched_jobs_without_using_an_attempt() {
         "only done jobs ran"
     );
 }
+
+/// With 57 of 64 slots busy with long jobs, the 7 free ones are filled at the next poll: a
+/// free slot is worth a claim once `poll_interval` has passed, at any concurrency (a claim
+/// for fewer than an eighth of the slots waits only while a backlog is draining).
+#[tokio::test(flavor = "multi_thread")]
+async fn free_slots_are_filled_at_the_poll_at_any_concurrency() {
+    let db = TestDb::new("free_slots").await;
+    let config = db.config("concurrency = 64", "");
+    std::fs::write(db.path("slow"), "").unwrap();
+    db.insert_rows("(queue, payload)", "('q', 'slow-if-flag')", 57)
+        .await;
+    let _w = Worker::start(&config, "1");
+    db.wait_count("status = 'claimed'", 57, 30).await;
+    db.insert_rows("(queue, payload)", "('q', 'quick')", 7)
+        .await;
+    // poll_interval is 100 ms; 10 s is slack for a loaded machine.
+    db.wait_count("status = 'done'", 7, 10).await;
+    assert_eq!(
+        db.count("status = 'claimed'").await,
+        57,
+        "the long ones still run"
+    );
+    std::fs::remove_file(db.path("slow")).unwrap();
+    db.wait_count("status = 'done'", 64, 30).await;
+}
