@@ -237,24 +237,52 @@ async fn prefetched_jobs_whose_claim_was_put_back_are_not_started() {
 
     // Quick jobs give the instance a completion rate, so that it claims ahead; then a long job
     // of a higher priority takes the slot, with quick ones claimed behind it.
-    db.insert_rows("(queue, payload)", "('q', 'quick')", 400)
+    db.insert_rows("(queue, payload)", "('q', 'quick')", 2000)
         .await;
     let a = Worker::start(&config, "a");
-    db.wait_at_least("status = 'done'", 100, 30).await;
-    db.insert_rows("(queue, payload, priority)", "('q', 'slow-if-flag', 1)", 1)
-        .await;
+    db.wait_at_least("status = 'done'", 1000, 60).await;
+    let mut conn = db.conn().await;
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, payload, priority) VALUES ('q', 'slow-if-flag', 1)",
+    )
+    .await
+    .unwrap();
+    let slow = conn.last_insert_id().unwrap();
+    // Once the long job runs and the outcomes before it are written, the quick jobs still
+    // claimed are the ones waiting behind it.
+    let start = Instant::now();
+    while !db.runs().iter().any(|r| r.0 == slow) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the long job never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The outcomes before it are written within a few ms; the instance claims ahead again
+    // within a second (its loop turns once a second while nothing finishes).
     let waiting = "status = 'claimed' AND payload = 'quick'";
-    db.wait_count("status = 'claimed' AND payload = 'slow-if-flag'", 1, 20)
-        .await;
-    db.wait_at_least(waiting, 1, 20).await;
-    let held: Vec<u64> = db
-        .conn()
-        .await
-        .query(format!(
-            "SELECT id FROM myjob_jobs WHERE {waiting} ORDER BY id"
-        ))
-        .await
-        .unwrap();
+    let start = Instant::now();
+    let held: Vec<u64> = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let held: Vec<u64> = conn
+            .query(format!(
+                "SELECT id FROM myjob_jobs WHERE {waiting} ORDER BY id"
+            ))
+            .await
+            .unwrap();
+        if !held.is_empty() {
+            break held;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "nothing was claimed behind the long job"
+        );
+    };
+    let ran: Vec<u64> = db.runs().iter().map(|r| r.0).collect();
+    assert!(
+        held.iter().all(|id| !ran.contains(id)),
+        "{held:?} waited, not ran"
+    );
 
     // Away; their claims go back, as the reaper puts back those of a connection that is gone.
     proxy.down();
@@ -263,7 +291,11 @@ async fn prefetched_jobs_whose_claim_was_put_back_are_not_started() {
         .query_drop(format!(
             "UPDATE myjob_jobs SET status = 'pending', batch_id = NULL, owner_conn = NULL, \
              owner_server = NULL, worker = NULL, claimed_at = NULL, attempts = attempts - 1 \
-             WHERE {waiting}"
+             WHERE id IN ({})",
+            held.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
         .await
         .unwrap();
@@ -276,7 +308,7 @@ async fn prefetched_jobs_whose_claim_was_put_back_are_not_started() {
         .await;
     }
     std::fs::remove_file(db.path("slow")).unwrap();
-    db.wait_count("status = 'done'", 401, 60).await;
+    db.wait_count("status = 'done'", 2001, 60).await;
     let runs = db.runs();
     for id in &held {
         let n = runs.iter().filter(|r| r.0 == *id).count();
