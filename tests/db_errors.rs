@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{edited, TestDb, Worker};
+use common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// Another session holds the row of a running job locked for longer than the instance's
@@ -15,21 +15,13 @@ use mysql_async::prelude::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_wait_is_tried_again_on_the_same_connection() {
     let db = TestDb::new("lock_wait").await;
-    let config = db.config("concurrency = 2", "");
-    let url_line = format!("url = \"{}\"", db.url);
-    let with_wait = format!("{url_line}\nlock_wait_timeout = \"1s\"");
-    edited(&config, &config, &[(url_line.as_str(), with_wait.as_str())]);
+    let config = db.config_with_lock_wait("concurrency = 2", "1s");
     let id = db.insert("q", &["sleep:1"]).await[0];
     let worker = Worker::start(&config, "1");
     db.wait_count(&format!("id = {id} AND status = 'claimed'"), 1, 20)
         .await;
 
-    let mut locker = db.conn().await;
-    locker.query_drop("BEGIN").await.unwrap();
-    locker
-        .exec_drop("SELECT id FROM myjob_jobs WHERE id = ? FOR UPDATE", (id,))
-        .await
-        .unwrap();
+    let mut locker = db.lock_job(id).await;
     worker
         .wait_log("trying again on the same connection", 20)
         .await;

@@ -229,21 +229,13 @@ async fn process_through_a_default_role_is_recognised() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_wait_in_the_reaper_keeps_its_connection() {
     let db = TestDb::new("reaper_lock_wait").await;
-    let config = db.config("", "");
-    let url_line = format!("url = \"{}\"", db.url);
-    let with_wait = format!("{url_line}\nlock_wait_timeout = \"1s\"");
-    edited(&config, &config, &[(url_line.as_str(), with_wait.as_str())]);
+    let config = db.config_with_lock_wait("", "1s");
 
     // A stale claim of a connection that is gone, made through this server.
     let id = db
         .insert_abandoned_claim(&db.server_id().await.to_string())
         .await;
-    let mut locker = db.conn().await;
-    locker.query_drop("BEGIN").await.unwrap();
-    locker
-        .exec_drop("SELECT id FROM myjob_jobs WHERE id = ? FOR UPDATE", (id,))
-        .await
-        .unwrap();
+    let mut locker = db.lock_job(id).await;
 
     let worker = Worker::start(&config, "1");
     worker.wait_log("trying again at the next pass", 20).await;

@@ -106,6 +106,26 @@ impl TestDb {
         path
     }
 
+    /// [`TestDb::config`] with `worker_extra`, and `database.lock_wait_timeout` set to `wait`.
+    pub fn config_with_lock_wait(&self, worker_extra: &str, wait: &str) -> PathBuf {
+        let config = self.config(worker_extra, "");
+        let url_line = format!("url = \"{}\"", self.url);
+        let with_wait = format!("{url_line}\nlock_wait_timeout = \"{wait}\"");
+        edited(&config, &config, &[(url_line.as_str(), with_wait.as_str())]);
+        config
+    }
+
+    /// A connection in a transaction that holds job `id`'s row locked until it commits.
+    pub async fn lock_job(&self, id: u64) -> Conn {
+        let mut locker = self.conn().await;
+        locker.query_drop("BEGIN").await.unwrap();
+        locker
+            .exec_drop("SELECT id FROM myjob_jobs WHERE id = ? FOR UPDATE", (id,))
+            .await
+            .unwrap();
+        locker
+    }
+
     /// [`TestDb::config`] with no extras, connecting as `user` with `password`.
     pub fn config_as(&self, user: &str, password: &str) -> PathBuf {
         let config = self.config("", "");
