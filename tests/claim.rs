@@ -61,10 +61,9 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     // A backlog of its own queue's due jobs too: the claim must stop after its limit.
     db.insert_rows("(queue, payload)", "('q', 'due')", 20_000)
         .await;
-    conn.query_drop("INSERT INTO myjob_jobs (queue, payload, priority) VALUES ('q', 'urgent', 5)")
-        .await
-        .unwrap();
-    let urgent = conn.last_insert_id().unwrap();
+    let urgent = db
+        .insert_sql("INSERT INTO myjob_jobs (queue, payload, priority) VALUES ('q', 'urgent', 5)")
+        .await;
     conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
 
     let mut claimer = claimer(&db).await;
@@ -125,13 +124,7 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
 #[tokio::test(flavor = "multi_thread")]
 async fn future_rows_run_when_due_and_retries_wait_as_scheduled() {
     let db = TestDb::new("claim_due").await;
-    let mut conn = db.conn().await;
-    conn.query_drop(
-        "INSERT INTO myjob_jobs (queue, payload, run_at) VALUES ('q', 'later', NOW(6) + INTERVAL 3 SECOND)",
-    )
-    .await
-    .unwrap();
-    let later = conn.last_insert_id().unwrap();
+    let later = db.insert_sql("INSERT INTO myjob_jobs (queue, payload, run_at) VALUES ('q', 'later', NOW(6) + INTERVAL 3 SECOND)").await;
     let config = db.config("", "");
     // A slow backoff, to see the retry wait as scheduled.
     common::edited(

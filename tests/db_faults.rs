@@ -242,12 +242,11 @@ async fn prefetched_jobs_whose_claim_was_put_back_are_not_started() {
     let a = Worker::start(&config, "a");
     db.wait_at_least("status = 'done'", 1000, 60).await;
     let mut conn = db.conn().await;
-    conn.query_drop(
-        "INSERT INTO myjob_jobs (queue, payload, priority) VALUES ('q', 'slow-if-flag', 1)",
-    )
-    .await
-    .unwrap();
-    let slow = conn.last_insert_id().unwrap();
+    let slow = db
+        .insert_sql(
+            "INSERT INTO myjob_jobs (queue, payload, priority) VALUES ('q', 'slow-if-flag', 1)",
+        )
+        .await;
     // Once the long job runs and the outcomes before it are written, the quick jobs still
     // claimed are the ones waiting behind it.
     let start = Instant::now();

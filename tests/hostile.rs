@@ -101,15 +101,11 @@ async fn odd_payloads_reach_the_handler_byte_for_byte_and_odd_output_stays_one_l
 async fn a_payload_of_the_columns_full_16_mib_is_handled() {
     let db = TestDb::new("payload_16m").await;
     let config = odd_config(&db);
-    let mut conn = db.conn().await;
     // Made on the server, so the INSERT itself is small; the claim must read a row bigger
     // than the server's default max_allowed_packet (16 MiB).
-    conn.query_drop(
-        "INSERT INTO myjob_jobs (queue, payload) VALUES ('big', REPEAT('x', 16777215))",
-    )
-    .await
-    .unwrap();
-    let id = conn.last_insert_id().unwrap();
+    let id = db
+        .insert_sql("INSERT INTO myjob_jobs (queue, payload) VALUES ('big', REPEAT('x', 16777215))")
+        .await;
     let small = db.insert("q", &["x"]).await[0];
     let worker = Worker::start(&config, "1");
     db.wait_count(&format!("id IN ({id}, {small}) AND status = 'done'"), 2, 60)
@@ -179,10 +175,9 @@ async fn a_handler_that_closes_stdin_early_or_leaves_a_child_behind() {
     .await
     .unwrap();
     let closer = conn.last_insert_id().unwrap();
-    conn.query_drop("INSERT INTO myjob_jobs (queue, payload) VALUES ('orphan', '')")
-        .await
-        .unwrap();
-    let orphan = conn.last_insert_id().unwrap();
+    let orphan = db
+        .insert_sql("INSERT INTO myjob_jobs (queue, payload) VALUES ('orphan', '')")
+        .await;
     let worker = Worker::start(&config, "1");
     db.wait_count("status = 'done'", 2, 30).await;
     let log = worker.log_text();

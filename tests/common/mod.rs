@@ -170,6 +170,13 @@ impl TestDb {
         version.contains("MariaDB")
     }
 
+    /// Runs one INSERT of a single row, written out in `sql`, and returns the row's id.
+    pub async fn insert_sql(&self, sql: &str) -> u64 {
+        let mut conn = self.conn().await;
+        conn.query_drop(sql).await.unwrap();
+        conn.last_insert_id().unwrap()
+    }
+
     /// Inserts a claim abandoned an hour ago by connection 999999999, which does not exist,
     /// through the server `owner_server`. Returns its id.
     pub async fn insert_abandoned_claim(&self, owner_server: &str) -> u64 {
