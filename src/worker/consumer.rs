@@ -245,13 +245,12 @@ impl Consumer {
     /// offered an even share of what is still wanted, starting one queue further each time.
     /// Returns how many it got.
     async fn claim(&mut self, settings: &Settings, want: usize) -> anyhow::Result<usize> {
-        let server = self.link.server().to_owned();
-        let Some(conn) = self.link.conn() else {
+        let Some((conn, server)) = self.link.claimer() else {
             return Ok(0);
         };
         let batch_id = jobs::new_batch_id();
         let who = Claimer {
-            owner_server: &server,
+            owner_server: server,
             worker: &self.worker,
         };
         let queues = &settings.queues;

@@ -60,9 +60,9 @@ impl Link {
         self.conn.as_mut()
     }
 
-    /// `owner_server` of claims made on the connection.
-    pub fn server(&self) -> &str {
-        &self.server
+    /// The connection, when it is up, with the `owner_server` of claims made on it.
+    pub fn claimer(&mut self) -> Option<(&mut Conn, &str)> {
+        Some((self.conn.as_mut()?, &self.server))
     }
 
     pub fn is_up(&self) -> bool {
