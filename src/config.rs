@@ -107,6 +107,10 @@ struct RawQueue {
     backoff_max: Option<String>,
     #[serde(default)]
     pass_env: Vec<String>,
+    #[serde(default)]
+    persistent: bool,
+    max_jobs_per_process: Option<i64>,
+    idle_timeout: Option<String>,
 }
 
 // ---- the validated settings ----------------------------------------------------------------
@@ -198,6 +202,20 @@ pub struct QueueSettings {
     pub backoff_max: Duration,
     /// Names of variables copied from myjob's environment into the handler's.
     pub pass_env: Vec<String>,
+    /// `persistent = true`: one long-lived handler process per slot, jobs framed on its stdin
+    /// (see `worker::process`). None: a process per job.
+    pub persistent: Option<Persistent>,
+}
+
+/// How a persistent queue's processes are recycled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persistent {
+    /// After this many jobs a process gets EOF on stdin and a fresh one takes the next job
+    /// (php-fpm's `pm.max_requests`, for leaky code). None: no limit.
+    pub max_jobs_per_process: Option<u64>,
+    /// A process that has waited this long without a job is stopped (EOF on stdin); the next
+    /// job starts a new one.
+    pub idle_timeout: Duration,
 }
 
 impl Settings {
@@ -341,7 +359,32 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
                 "must not be shorter than backoff".into(),
             ));
         }
+        let persistent = if q.persistent {
+            Some(Persistent {
+                max_jobs_per_process: match q.max_jobs_per_process {
+                    None => None,
+                    Some(n) => {
+                        Some(int_in(Some(n), 0, 1, i64::MAX, &key("max_jobs_per_process"))? as u64)
+                    }
+                },
+                idle_timeout: duration(q.idle_timeout, "10m", &key("idle_timeout"))?,
+            })
+        } else {
+            for (set, k) in [
+                (q.max_jobs_per_process.is_some(), "max_jobs_per_process"),
+                (q.idle_timeout.is_some(), "idle_timeout"),
+            ] {
+                if set {
+                    return Err((
+                        key(k),
+                        "applies only to a queue with persistent = true".into(),
+                    ));
+                }
+            }
+            None
+        };
         queues.push(Arc::new(QueueSettings {
+            persistent,
             timeout: duration(q.timeout, "5m", &key("timeout"))?,
             max_attempts: int_in(q.max_attempts, 10, 1, 1000, &key("max_attempts"))? as u32,
             backoff,
@@ -635,6 +678,18 @@ mod tests {
                 "[database]\nurl = \"mysql:///test\"\n".to_owned(),
                 "database.url",
             ),
+            (
+                format!("{MINIMAL}{q}max_jobs_per_process = 5\n"),
+                "queue[0].max_jobs_per_process",
+            ),
+            (
+                format!("{MINIMAL}{q}persistent = true\nmax_jobs_per_process = 0\n"),
+                "queue[0].max_jobs_per_process",
+            ),
+            (
+                format!("{MINIMAL}{q}persistent = true\nidle_timeout = \"0s\"\n"),
+                "queue[0].idle_timeout",
+            ),
             ("[worker]\n".to_owned(), "database.url"),
         ] {
             let e = load_str(&text).unwrap_err();
@@ -662,6 +717,9 @@ mod tests {
     fn wrong_types_name_their_key() {
         let e = load_str(&format!("{MINIMAL}[worker]\nconcurrency = \"eight\"\n")).unwrap_err();
         assert!(e.contains("worker.concurrency"), "{e}");
+        let q = "[[queue]]\nname = \"a\"\ncommand = [\"/bin/true\"]\npersistent = \"yes\"\n";
+        let e = load_str(&format!("{MINIMAL}{q}")).unwrap_err();
+        assert!(e.contains("queue[0].persistent"), "{e}");
     }
 
     #[test]

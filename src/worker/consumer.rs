@@ -89,6 +89,7 @@ impl Consumer {
             while let Some(f) = self.slots.try_finished() {
                 self.finished(f);
             }
+            self.slots.sweep(&settings);
             self.fill(&settings);
             self.reconnect_if_due().await;
             let now = Instant::now();
@@ -165,19 +166,25 @@ impl Consumer {
     /// Starts prefetched jobs while there are free slots.
     fn fill(&mut self, settings: &Settings) {
         while self.slots.len() < settings.worker.concurrency {
-            let Some(r) = self.prefetch.pop() else {
+            let Some(mut r) = self.prefetch.pop() else {
                 break;
             };
-            self.slots.start(r, settings.worker.kill_grace);
+            // Claimed before a reload, started after it: the queue's settings of now.
+            if let Some(queue) = settings.queue(&r.job.queue) {
+                r.queue = queue.clone();
+            }
+            self.slots.start(r, &settings.worker);
         }
         self.stats.running.store(self.slots.len(), Relaxed);
     }
 
     /// The stop path: no new claims; running handlers get `timeout` to finish, then are
-    /// killed and their jobs released without using up an attempt; every outcome is written,
-    /// with a few more seconds of reconnecting if the database is away.
+    /// killed and their jobs released without using up an attempt; persistent processes get
+    /// EOF on stdin once their job is answered, and the same `timeout` to exit; every outcome
+    /// is written, with a few more seconds of reconnecting if the database is away.
     async fn drain(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
+        self.slots.stop_processes();
         if !self.slots.is_empty() {
             info!(
                 running = self.slots.len(),
@@ -186,11 +193,11 @@ impl Consumer {
             );
         }
         let mut aborted = false;
-        while !self.slots.is_empty() {
+        while !self.slots.is_empty() || self.slots.processes_leaving() {
             self.stats.beat();
             let retry = (!self.link.is_up()).then(|| self.link.deadline());
             tokio::select! {
-                f = self.slots.next_finished() => self.finished(f),
+                f = self.slots.next_in_drain() => if let Some(f) = f { self.finished(f) },
                 _ = sleep_until(deadline), if !aborted => {
                     warn!(running = self.slots.len(), "shutdown_timeout passed: killing the handlers still running");
                     self.slots.abort();

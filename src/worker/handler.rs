@@ -8,20 +8,13 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::config::{QueueSettings, HANDLER_PATH};
-
-/// The most bytes of one output line that are logged; a longer line is split.
-const MAX_LINE: usize = 4096;
-/// The most lines of one stream of one job that are logged; the rest is read and counted, so
-/// a handler that writes without end cannot flood the journal or block on a full pipe.
-const MAX_LINES: u64 = 1000;
-/// How much of the end of stderr is kept for `last_error`.
-const STDERR_TAIL: usize = 2000;
+use crate::worker::output::{self, Tag};
 /// After the handler exits, how long its output pipes may stay open (held by a child that
 /// escaped the process group) before myjob stops reading them.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
@@ -46,6 +39,8 @@ pub enum Exit {
     /// Anything else: a non-zero exit, a signal, a timeout, or a handler that would not start.
     /// `code` is the exit code when there was one.
     Failed { reason: String, code: Option<i32> },
+    /// A persistent handler answered `FAIL <reason>`: the job can never succeed.
+    Refused { reason: String },
     /// Killed because myjob is shutting down and the handler outlived `shutdown_timeout`.
     Aborted,
 }
@@ -85,14 +80,17 @@ pub async fn run(
             let _ = stdin.write_all(&payload).await;
         }
     });
+    let pid = child.id().unwrap_or(0);
+    let out_tag = Tag::new(job.id, pid, "stdout");
+    let err_tag = Tag::new(job.id, pid, "stderr");
     let stdout = child
         .stdout
         .take()
-        .map(|s| tokio::spawn(pump(s, job.id, "stdout")));
+        .map(|s| tokio::spawn(output::pump(s, out_tag.clone())));
     let stderr = child
         .stderr
         .take()
-        .map(|s| tokio::spawn(pump(s, job.id, "stderr")));
+        .map(|s| tokio::spawn(output::pump(s, err_tag.clone())));
 
     let ended = tokio::select! {
         status = child.wait() => Ended::Status(status),
@@ -127,13 +125,11 @@ pub async fn run(
     signal_group(group, Signal::SIGKILL);
 
     writer.abort();
-    if let Some(out) = stdout {
-        let _ = finish(out).await;
+    for reader in [stdout, stderr].into_iter().flatten() {
+        finish(reader).await;
     }
-    let tail = match stderr {
-        Some(err) => finish(err).await.unwrap_or_default(),
-        None => String::new(),
-    };
+    out_tag.finish();
+    let tail = err_tag.finish();
     let with_tail = |reason: String| {
         if tail.is_empty() {
             reason
@@ -169,9 +165,20 @@ enum Ended {
     Aborted,
 }
 
-/// The handler's command: argv as configured, a cleared environment with only PATH, LANG, the
-/// queue's `pass_env` and the job's MYJOB_* variables, and a process group of its own.
+/// The handler's command: see [`base_command`], plus the job's MYJOB_* variables.
 fn command(job: &Job, queue: &QueueSettings) -> Command {
+    let mut cmd = base_command(queue, &job.instance);
+    cmd.env("MYJOB_JOB_ID", job.id.to_string())
+        .env("MYJOB_ATTEMPT", job.attempt.to_string())
+        .env("MYJOB_MAX_ATTEMPTS", job.max_attempts.to_string())
+        .env("MYJOB_BATCH_ID", job.batch_id.to_string());
+    cmd
+}
+
+/// A handler process of `queue`, per-job or persistent: argv as configured, a cleared
+/// environment with only PATH, LANG, the queue's `pass_env`, MYJOB_QUEUE and MYJOB_INSTANCE,
+/// three pipes, and a process group of its own.
+pub fn base_command(queue: &QueueSettings, instance: &str) -> Command {
     let mut cmd = Command::new(&queue.command[0]);
     cmd.args(&queue.command[1..]).env_clear().env(
         "PATH",
@@ -182,12 +189,8 @@ fn command(job: &Job, queue: &QueueSettings) -> Command {
             cmd.env(name, value);
         }
     }
-    cmd.env("MYJOB_JOB_ID", job.id.to_string())
-        .env("MYJOB_QUEUE", &job.queue)
-        .env("MYJOB_ATTEMPT", job.attempt.to_string())
-        .env("MYJOB_MAX_ATTEMPTS", job.max_attempts.to_string())
-        .env("MYJOB_BATCH_ID", job.batch_id.to_string())
-        .env("MYJOB_INSTANCE", &job.instance)
+    cmd.env("MYJOB_QUEUE", &queue.name)
+        .env("MYJOB_INSTANCE", instance)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -198,7 +201,8 @@ fn command(job: &Job, queue: &QueueSettings) -> Command {
     cmd
 }
 
-fn signal_group(group: Option<Pid>, signal: Signal) {
+/// Sends `signal` to a handler's process group.
+pub fn signal_group(group: Option<Pid>, signal: Signal) {
     if let Some(pgid) = group {
         // ESRCH (the group is gone) is the normal case after a clean exit.
         let _ = killpg(pgid, signal);
@@ -207,18 +211,15 @@ fn signal_group(group: Option<Pid>, signal: Signal) {
 
 /// Waits for an output reader, giving up shortly after the handler exited: a grandchild that
 /// left the process group may hold the pipe open for ever.
-async fn finish(task: tokio::task::JoinHandle<String>) -> Option<String> {
+pub async fn finish(task: tokio::task::JoinHandle<()>) {
     let abort = task.abort_handle();
-    match tokio::time::timeout(DRAIN_AFTER_EXIT, task).await {
-        Ok(Ok(tail)) => Some(tail),
-        _ => {
-            abort.abort();
-            None
-        }
+    if tokio::time::timeout(DRAIN_AFTER_EXIT, task).await.is_err() {
+        abort.abort();
     }
 }
 
-fn describe(status: ExitStatus) -> String {
+/// An exit status in words: `exit status 3`, `killed by signal 9 (SIGKILL)`.
+pub fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
@@ -227,91 +228,5 @@ fn describe(status: ExitStatus) -> String {
             format!("killed by signal {sig} ({name})")
         }
         _ => status.to_string(),
-    }
-}
-
-/// Logs a stream line by line, tagged with the job id, and returns its last bytes (for
-/// stderr's part in `last_error`).
-async fn pump(mut stream: impl AsyncRead + Unpin, job_id: u64, name: &'static str) -> String {
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 8 * 1024];
-    let mut tail: Vec<u8> = Vec::new();
-    let mut lines = 0u64;
-    loop {
-        let n = match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        tail.extend_from_slice(&chunk[..n]);
-        if tail.len() > 2 * STDERR_TAIL {
-            tail.drain(..tail.len() - STDERR_TAIL);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let mut start = 0;
-        while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
-            emit(&buf[start..start + pos], job_id, name, &mut lines);
-            start += pos + 1;
-        }
-        buf.drain(..start);
-        while buf.len() >= MAX_LINE {
-            let rest = buf.split_off(MAX_LINE);
-            emit(&buf, job_id, name, &mut lines);
-            buf = rest;
-        }
-    }
-    if !buf.is_empty() {
-        emit(&buf, job_id, name, &mut lines);
-    }
-    if lines > MAX_LINES {
-        info!(
-            job_id,
-            stream = name,
-            "{} more lines not logged",
-            lines - MAX_LINES
-        );
-    }
-    if tail.len() > STDERR_TAIL {
-        tail.drain(..tail.len() - STDERR_TAIL);
-    }
-    // Its lines joined with " | ": last_error is also logged, and must stay one line.
-    String::from_utf8_lossy(&tail)
-        .lines()
-        .map(|l| clean(l.trim().as_bytes()))
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" | ")
-}
-
-fn emit(line: &[u8], job_id: u64, stream: &'static str, lines: &mut u64) {
-    *lines += 1;
-    if *lines <= MAX_LINES {
-        info!(job_id, stream, "{}", clean(line));
-    }
-}
-
-/// Text safe for a log line: invalid UTF-8 and control characters (a NUL, an escape sequence,
-/// a carriage return) become U+FFFD.
-fn clean(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes)
-        .chars()
-        .map(|c| {
-            if c.is_control() && c != '\t' {
-                '\u{FFFD}'
-            } else {
-                c
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clean_keeps_text_and_replaces_what_would_break_a_log_line() {
-        assert_eq!(clean(b"ok\ttab"), "ok\ttab");
-        assert_eq!(clean(b"a\0b\x1b[31m\r"), "a\u{FFFD}b\u{FFFD}[31m\u{FFFD}");
-        assert_eq!(clean(&[0x66, 0xff, 0x6f]), "f\u{FFFD}o");
     }
 }

@@ -5,7 +5,11 @@ mod consumer;
 pub mod handler;
 mod link;
 mod outbox;
+mod output;
+mod pool;
 mod prefetch;
+mod process;
+mod protocol;
 pub mod retry;
 mod slots;
 

@@ -17,6 +17,9 @@ pub fn decide(exit: Exit, attempt: u32, max_attempts: u32, queue: &QueueSettings
     match exit {
         Exit::Success => Outcome::Done,
         Exit::Aborted => Outcome::Release,
+        Exit::Refused { reason } => Outcome::Fail {
+            error: format!("permanent failure on attempt {attempt}: {reason}"),
+        },
         Exit::Failed { reason, code } => {
             if code == Some(PERMANENT_FAILURE_EXIT) {
                 Outcome::Fail {
@@ -62,6 +65,7 @@ mod tests {
             backoff: Duration::from_secs(10),
             backoff_max: Duration::from_secs(60),
             pass_env: vec![],
+            persistent: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The handler slots: the handlers running now, each a task that ends with its job's outcome.
 //! What each was started for is kept beside its task, so that a task that dies (a bug) still
-//! gives its job an outcome.
+//! gives its job an outcome. A job of a persistent queue runs on a process from the [`Pool`],
+//! which gets it back when the job is answered.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,9 +9,12 @@ use std::time::Duration;
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{Settings, WorkerSettings};
 use crate::store::jobs::{Completion, Outcome};
 use crate::worker::handler::{self, Exit};
+use crate::worker::pool::Pool;
 use crate::worker::prefetch::Ready;
+use crate::worker::process::{self, Process};
 use crate::worker::retry;
 
 /// A handler that ended, with its job's outcome.
@@ -29,22 +33,38 @@ struct Running {
     queue: std::sync::Arc<crate::config::QueueSettings>,
 }
 
+/// What a slot's task hands back: its job's outcome, and for a persistent queue the process
+/// if it may take another job, and how a start went if the job needed one.
+struct Ran {
+    outcome: Outcome,
+    process: Option<Process>,
+    start: Option<Result<(), String>>,
+}
+
 pub struct Slots {
     /// `MYJOB_INSTANCE` for the handlers.
     instance: String,
-    tasks: JoinSet<Outcome>,
+    tasks: JoinSet<Ran>,
     running: HashMap<Id, Running>,
+    pool: Pool,
+    /// The drain has begun: processes that answer their job leave instead of idling.
+    stopping: bool,
+    kill_grace: Duration,
     /// Fired when a shutdown runs out of time: kills every handler still running.
     abort: CancellationToken,
 }
 
 impl Slots {
     pub fn new(instance: &str) -> Self {
+        let abort = CancellationToken::new();
         Slots {
             instance: instance.to_owned(),
             tasks: JoinSet::new(),
             running: HashMap::new(),
-            abort: CancellationToken::new(),
+            pool: Pool::new(abort.clone()),
+            stopping: false,
+            kill_grace: Duration::from_secs(5),
+            abort,
         }
     }
 
@@ -62,7 +82,9 @@ impl Slots {
     }
 
     /// Starts a handler for `r`.
-    pub fn start(&mut self, r: Ready, kill_grace: Duration) {
+    pub fn start(&mut self, r: Ready, worker: &WorkerSettings) {
+        let kill_grace = worker.kill_grace;
+        self.kill_grace = kill_grace;
         let Ready {
             job,
             batch_id,
@@ -81,10 +103,38 @@ impl Slots {
         tracing::debug!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started");
         let abort = self.abort.clone();
         let q = queue.clone();
-        let task = self.tasks.spawn(async move {
-            let exit = handler::run(&run, &q, kill_grace, &abort).await;
-            retry::decide(exit, run.attempt, run.max_attempts, &q)
-        });
+        let task = if q.persistent.is_some() {
+            let process = self.pool.take(&q);
+            let not_before = match process {
+                Some(_) => None,
+                None => {
+                    // This job's new process needs a slot's place: counting it, every slot
+                    // with a job, and the idle processes.
+                    self.pool
+                        .make_room(worker.concurrency.saturating_sub(self.tasks.len() + 1));
+                    self.pool.not_before(&q.name)
+                }
+            };
+            self.tasks.spawn(async move {
+                let (attempt, max_attempts) = (run.attempt, run.max_attempts);
+                let served =
+                    process::serve(run, q.clone(), process, not_before, kill_grace, abort).await;
+                Ran {
+                    outcome: retry::decide(served.exit, attempt, max_attempts, &q),
+                    process: served.process,
+                    start: served.start,
+                }
+            })
+        } else {
+            self.tasks.spawn(async move {
+                let exit = handler::run(&run, &q, kill_grace, &abort).await;
+                Ran {
+                    outcome: retry::decide(exit, run.attempt, run.max_attempts, &q),
+                    process: None,
+                    start: None,
+                }
+            })
+        };
         self.running.insert(
             task.id(),
             Running {
@@ -121,19 +171,60 @@ impl Slots {
         }
     }
 
-    /// Kills every handler still running (their jobs are then released).
+    /// Kills every handler still running (their jobs are then released), and every process
+    /// still on its way out.
     pub fn abort(&self) {
         self.abort.cancel();
     }
 
-    fn finished(&mut self, result: Result<(Id, Outcome), JoinError>) -> Option<Finished> {
+    /// Idle persistent processes: see [`Pool::sweep`].
+    pub fn sweep(&mut self, settings: &Settings) {
+        self.pool.sweep(settings, self.tasks.len());
+    }
+
+    /// The drain begins: idle processes get EOF now, busy ones once their job is answered.
+    pub fn stop_processes(&mut self) {
+        self.stopping = true;
+        self.pool.close_all();
+    }
+
+    /// Whether persistent processes are still on their way out.
+    pub fn processes_leaving(&self) -> bool {
+        self.pool.is_leaving()
+    }
+
+    /// The drain's wait: the next handler to end, or `None` when a leaving process is gone
+    /// first. Pending for ever when neither is left.
+    pub async fn next_in_drain(&mut self) -> Option<Finished> {
+        let joined = tokio::select! {
+            r = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => r,
+            _ = self.pool.left() => return None,
+        };
+        joined.and_then(|r| self.finished(r))
+    }
+
+    fn finished(&mut self, result: Result<(Id, Ran), JoinError>) -> Option<Finished> {
         let id = match &result {
             Ok((id, _)) => *id,
             Err(e) => e.id(),
         };
         let r = self.running.remove(&id)?;
         let outcome = match result {
-            Ok((_, outcome)) => outcome,
+            Ok((_, ran)) => {
+                match &ran.start {
+                    Some(Ok(())) => self.pool.started(&r.queue.name),
+                    Some(Err(why)) => self.pool.start_failed(&r.queue.name, why),
+                    None => {}
+                }
+                if let Some(p) = ran.process {
+                    if self.stopping {
+                        self.pool.close(p);
+                    } else {
+                        self.pool.put(p, self.kill_grace);
+                    }
+                }
+                ran.outcome
+            }
             // The task died (a bug); the job must still get an outcome.
             Err(e) => {
                 let exit = Exit::Failed {
@@ -180,7 +271,18 @@ mod tests {
                 backoff: Duration::from_secs(1),
                 backoff_max: Duration::from_secs(10),
                 pass_env: Vec::new(),
+                persistent: None,
             }),
+        }
+    }
+
+    fn worker(kill_grace: Duration) -> WorkerSettings {
+        WorkerSettings {
+            concurrency: 8,
+            batch_size: 100,
+            poll_interval: Duration::from_millis(500),
+            shutdown_timeout: Duration::from_secs(30),
+            kill_grace,
         }
     }
 
@@ -188,8 +290,9 @@ mod tests {
     async fn each_handler_ends_with_its_jobs_outcome() {
         let mut slots = Slots::new("t");
         let t = Duration::from_secs(10);
-        slots.start(ready(1, &["/bin/true"], t), t);
-        slots.start(ready(2, &["/bin/false"], t), t);
+        let w = worker(t);
+        slots.start(ready(1, &["/bin/true"], t), &w);
+        slots.start(ready(2, &["/bin/false"], t), &w);
         assert_eq!(slots.len(), 2);
         assert_eq!(slots.batches().collect::<Vec<_>>(), [7, 7]);
         let mut got = Vec::new();
@@ -209,7 +312,7 @@ mod tests {
     async fn an_abort_kills_the_handlers_and_releases_their_jobs() {
         let mut slots = Slots::new("t");
         let t = Duration::from_secs(60);
-        slots.start(ready(1, &["/bin/sleep", "60"], t), t);
+        slots.start(ready(1, &["/bin/sleep", "60"], t), &worker(t));
         slots.abort();
         let f = tokio::time::timeout(Duration::from_secs(10), slots.next_finished())
             .await
