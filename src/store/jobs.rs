@@ -208,19 +208,29 @@ struct Statement {
     sql: String,
     params: Vec<Value>,
     ids: Vec<u64>,
-    /// For a batch's `done` rows, which keep their batch_id: the batch, so a short count can
-    /// be traced to the jobs that lost their claim.
-    done_batch: Option<u64>,
+    /// The batch that fences it, so that a short count can be traced to its jobs.
+    batch_id: u64,
+}
+
+/// The outcomes [`write_outcomes`] did not write, because their job was no longer claimed
+/// under its batch.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Unwritten {
+    /// The claim was reaped and the job put back meanwhile: it is someone else's now.
+    pub lost: Vec<u64>,
+    /// The handler finished the job itself, in its own transaction, under the same batch (the
+    /// exactly-once recipe): nothing left to write.
+    pub finished: Vec<u64>,
 }
 
 /// Writes a set of outcomes: one statement per batch for `done` (the common case), one per job
 /// for the rest (retries and failures carry their own error text; releases happen only at a
-/// shutdown); in one transaction when there is more than one statement. Returns the ids whose
-/// write matched no row because the job was reaped meanwhile.
+/// shutdown); in one transaction when there is more than one statement. Returns the jobs
+/// whose write matched no row, and why.
 pub async fn write_outcomes(
     conn: &mut Conn,
     completions: &[Completion],
-) -> anyhow::Result<Vec<u64>> {
+) -> anyhow::Result<Unwritten> {
     let mut statements: Vec<Statement> = Vec::new();
     let mut done: Vec<(u64, Vec<u64>)> = Vec::new();
     for c in completions {
@@ -260,7 +270,7 @@ pub async fn write_outcomes(
             sql: sql.to_owned(),
             params,
             ids: vec![c.job_id],
-            done_batch: None,
+            batch_id: c.batch_id,
         });
     }
     for (batch_id, ids) in done {
@@ -273,7 +283,7 @@ pub async fn write_outcomes(
             ),
             params,
             ids,
-            done_batch: Some(batch_id),
+            batch_id,
         });
     }
 
@@ -285,7 +295,7 @@ pub async fn write_outcomes(
             .await
             .context("starting the outcome transaction")?;
     }
-    let mut fenced = Vec::new();
+    let mut unwritten = Unwritten::default();
     for st in statements {
         conn.exec_drop(&st.sql, Params::Positional(st.params))
             .await
@@ -293,20 +303,24 @@ pub async fn write_outcomes(
         if (conn.affected_rows() as usize) == st.ids.len() {
             continue;
         }
-        match st.done_batch {
-            None => fenced.extend(st.ids),
-            Some(batch_id) => {
-                // Rare: name the jobs that lost their claim. Ours kept our batch_id.
-                let (list, mut params) = in_list(&st.ids);
-                params.push(batch_id.into());
-                let ours: Vec<u64> = conn
-                    .exec(
-                        format!("SELECT id FROM myjob_jobs WHERE id IN ({list}) AND batch_id = ?"),
-                        Params::Positional(params),
-                    )
-                    .await
-                    .context("reading which jobs lost their claim")?;
-                fenced.extend(st.ids.into_iter().filter(|id| !ours.contains(id)));
+        // Rare: tell the jobs whose handler finished them under this batch from those whose
+        // claim was reaped (the reaper clears batch_id). Served by the primary key.
+        let (list, mut params) = in_list(&st.ids);
+        params.push(st.batch_id.into());
+        let finished: Vec<u64> = conn
+            .exec(
+                format!(
+                    "SELECT id FROM myjob_jobs WHERE id IN ({list}) AND batch_id = ? \
+                     AND status IN ('done', 'failed')"
+                ),
+                Params::Positional(params),
+            )
+            .await
+            .context("reading which jobs lost their claim")?;
+        for id in st.ids {
+            match finished.contains(&id) {
+                true => unwritten.finished.push(id),
+                false => unwritten.lost.push(id),
             }
         }
     }
@@ -315,7 +329,7 @@ pub async fn write_outcomes(
             .await
             .context("committing outcomes")?;
     }
-    Ok(fenced)
+    Ok(unwritten)
 }
 
 /// After a reconnect: marks this worker's live claims as owned by the new connection, so the

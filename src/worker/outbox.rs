@@ -8,11 +8,11 @@ use std::time::Duration;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use tokio::time::Instant;
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use crate::db::{self, Failure};
 use crate::error::chain;
-use crate::store::jobs::{self, Completion, Outcome};
+use crate::store::jobs::{self, Completion, Outcome, Unwritten};
 
 /// The longest an outcome waits for others to share its write.
 pub const WRITE_AFTER: Duration = Duration::from_millis(10);
@@ -77,8 +77,8 @@ impl Outbox {
         if self.held.is_empty() {
             return Ok(());
         }
-        let fenced = match jobs::write_outcomes(conn, &self.held).await {
-            Ok(fenced) => fenced,
+        let unwritten = match jobs::write_outcomes(conn, &self.held).await {
+            Ok(unwritten) => unwritten,
             Err(e) if db::classify(&e) == Failure::Refused => {
                 warn!(
                     "consumer: the server refused a write of {} outcomes ({}): writing them one by one",
@@ -92,7 +92,7 @@ impl Outbox {
             }
             Err(e) => return Err(e),
         };
-        warn_fenced(&fenced);
+        report(&unwritten);
         self.held.clear();
         self.since = None;
         self.not_before = None;
@@ -107,7 +107,7 @@ impl Outbox {
         self.since = None;
         while let Some(c) = left.pop_front() {
             match write_or_fail(conn, &c).await {
-                Ok(fenced) => warn_fenced(&fenced),
+                Ok(unwritten) => report(&unwritten),
                 Err(e) => {
                     left.push_front(c);
                     self.held.extend(left);
@@ -122,7 +122,7 @@ impl Outbox {
 }
 
 /// Writes one outcome; if the server refuses it, fails the job with the server's message.
-async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<Vec<u64>> {
+async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<Unwritten> {
     let e = match jobs::write_outcomes(conn, std::slice::from_ref(c)).await {
         Err(e) if db::classify(&e) == Failure::Refused => e,
         other => return other,
@@ -145,17 +145,23 @@ async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<Vec<u6
                 "job outcome dropped: the server refuses every write about it ({})",
                 chain(&*e)
             );
-            Ok(Vec::new())
+            Ok(Unwritten::default())
         }
         other => other,
     }
 }
 
-fn warn_fenced(fenced: &[u64]) {
-    for &job_id in fenced {
+fn report(unwritten: &Unwritten) {
+    for &job_id in &unwritten.lost {
         warn!(
             job_id,
             "job outcome not written: its claim was reaped and the job was put back meanwhile"
+        );
+    }
+    for &job_id in &unwritten.finished {
+        debug!(
+            job_id,
+            "job outcome not written: its handler finished the job in its own transaction"
         );
     }
 }

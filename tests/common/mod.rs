@@ -390,7 +390,17 @@ impl Worker {
     /// Starts an instance whose stderr is appended to `log`, so that the logs of successive
     /// starts of one instance stay in one file.
     pub fn start_appending(config: &Path, instance: &str, log: &Path) -> Worker {
-        Self::spawn(config, instance, &[], log.to_owned(), true)
+        Self::start_appending_with_env(config, instance, log, &[])
+    }
+
+    /// [`Worker::start_appending`], with `env` added to the worker's environment.
+    pub fn start_appending_with_env(
+        config: &Path,
+        instance: &str,
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> Worker {
+        Self::spawn(config, instance, env, log.to_owned(), true)
     }
 
     fn spawn(
