@@ -1,4 +1,5 @@
-//! The fault-injection run: many jobs over three queues, three instances, and for a set time
+//! The fault-injection run: many jobs over three queues (one of them run by persistent
+//! handler processes), three instances, and for a set time
 //! kill -9s, killed claimer connections, a restart of the database server and a frozen instance. At the end
 //! it prints a verdict and a table: no job lost, none marked done twice, and every job that
 //! ran more than once listed by cause.
@@ -34,6 +35,8 @@ use nix::sys::signal::Signal;
 
 const INSTANCES: usize = 3;
 const QUEUES: [&str; 3] = ["a", "b", "c"];
+/// Queue `b` runs a persistent handler: one long-lived process per slot.
+const PERSISTENT_QUEUE: &str = "b";
 /// Queue `c` allows one attempt, so its designed failures end `failed`; `a` and `b` retry.
 const FAIL_EVERY: u64 = 50;
 const STALE_AFTER: Duration = Duration::from_secs(5);
@@ -61,6 +64,26 @@ if [ $((MYJOB_JOB_ID % FAIL_EVERY)) -eq 0 ] && [ "$MYJOB_ATTEMPT" -eq 1 ]; then
 fi
 echo "E $MYJOB_JOB_ID $MYJOB_ATTEMPT $MYJOB_INSTANCE $PPID $MYJOB_BATCH_ID $(t) $code" >> DIR/runs
 exit $code
+"#;
+
+/// The same handler as a persistent process (queue [`PERSISTENT_QUEUE`]): the job's numbers
+/// come from its header, the exit code it records is the one its answer stands for.
+const PERSISTENT: &str = r#"#!/bin/bash
+t() { echo "${EPOCHREALTIME/[.,]/}"; }
+echo READY
+while read -r word id attempt max batch len; do
+  head -c "$len" > /dev/null
+  echo "S $id $attempt $MYJOB_INSTANCE $PPID $batch $(t) -" >> DIR/runs
+  printf -v d '0.%03d' $((RANDOM % 21))
+  sleep "$d"
+  code=0 answer=OK
+  if [ $((id % FAIL_EVERY)) -eq 0 ] && [ "$attempt" -eq 1 ]; then
+    echo "designed failure" >&2
+    code=1 answer="RETRY designed failure"
+  fi
+  echo "E $id $attempt $MYJOB_INSTANCE $PPID $batch $(t) $code" >> DIR/runs
+  echo "$answer"
+done
 "#;
 
 fn now() -> f64 {
@@ -207,12 +230,14 @@ impl Work {
 
 fn write_handler(work: &Work) {
     let _ = std::fs::remove_file(work.host.join("runs"));
-    let handler = work.host.join("handler.sh");
-    let script = HANDLER
-        .replace("DIR", work.inside.to_str().unwrap())
-        .replace("FAIL_EVERY", &FAIL_EVERY.to_string());
-    std::fs::write(&handler, script).unwrap();
-    common::chmod_x(&handler);
+    for (file, text) in [("handler.sh", HANDLER), ("persistent.sh", PERSISTENT)] {
+        let handler = work.host.join(file);
+        let script = text
+            .replace("DIR", work.inside.to_str().unwrap())
+            .replace("FAIL_EVERY", &FAIL_EVERY.to_string());
+        std::fs::write(&handler, script).unwrap();
+        common::chmod_x(&handler);
+    }
 }
 
 fn config_text(url: &str, work: &Work) -> String {
@@ -224,10 +249,16 @@ fn config_text(url: &str, work: &Work) -> String {
     );
     for q in QUEUES {
         let attempts = if q == "c" { 1 } else { 3 };
+        let persistent = q == PERSISTENT_QUEUE;
+        let file = if persistent {
+            "persistent.sh"
+        } else {
+            "handler.sh"
+        };
         text += &format!(
-            "\n[[queue]]\nname = \"{q}\"\ncommand = [\"{h}\"]\nbackoff = \"1s\"\n\
-             backoff_max = \"2s\"\nmax_attempts = {attempts}\n",
-            h = work.inside.join("handler.sh").display()
+            "\n[[queue]]\nname = \"{q}\"\ncommand = [\"{h}\"]\npersistent = {persistent}\n\
+             backoff = \"1s\"\nbackoff_max = \"2s\"\nmax_attempts = {attempts}\n",
+            h = work.inside.join(file).display()
         );
     }
     text

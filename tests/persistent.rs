@@ -507,3 +507,48 @@ async fn sighup_replaces_the_processes_of_a_changed_queue_after_their_jobs() {
         .log_text()
         .contains("the reload changed its queue's settings"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_job_handlers_push_no_process_out_but_persistent_queues_share_the_slots() {
+    let db = TestDb::new("persist_slots").await;
+    let config = config(&db, "ready", "concurrency = 2", "");
+    // A per-job queue `q` beside `p`, and a second persistent queue `p2`.
+    let per_job = db.handler();
+    let persistent = handler(&db);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text += &format!(
+        "\n[[queue]]\nname = \"q\"\ncommand = [\"{}\"]\n\n[[queue]]\nname = \"p2\"\ncommand = [\"{}\", \"second\"]\npersistent = true\n",
+        per_job.display(),
+        persistent.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let first = db.insert("p", &["first"]).await[0];
+    let w = Worker::start(&config, "1");
+    db.wait_count("status = 'done'", 1, 30).await;
+    // Both slots busy with per-job handlers for a while: p's idle process stays.
+    db.insert("q", &["sleep:1", "sleep:1", "sleep:1", "sleep:1"])
+        .await;
+    db.wait_count("status = 'done'", 5, 30).await;
+    let again = db.insert("p", &["again"]).await[0];
+    db.wait_count("status = 'done'", 6, 30).await;
+    assert_eq!(
+        pid_of(&db, again),
+        pid_of(&db, first),
+        "p's process was kept"
+    );
+    assert_eq!(records(&db, "starts").len(), 1);
+    // Two slots, two persistent queues each wanting both: idle processes make room.
+    db.insert("p2", &["sleep:1", "sleep:1"]).await;
+    db.wait_count("status = 'done'", 8, 30).await;
+    w.wait_log(
+        "handler process stopped: its slot is needed by another queue",
+        10,
+    )
+    .await;
+    let starts = records(&db, "starts");
+    assert_eq!(
+        starts.iter().filter(|s| s[1] == "second").count(),
+        2,
+        "{starts:?}"
+    );
+}

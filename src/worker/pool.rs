@@ -1,8 +1,9 @@
 //! The idle persistent processes of an instance, and the ones on their way out.
 //!
 //! A slot that runs a job of a persistent queue takes an idle process of that queue, or starts
-//! one; the process comes back here when the job is answered. Every process, busy or idle,
-//! holds a slot's place: idle ones of other queues make room when a queue needs a new one.
+//! one; the process comes back here when the job is answered. There is at most one persistent
+//! process per slot, busy or idle: idle ones of other queues make room when a queue needs a
+//! new one. (Per-job handlers hold no process between jobs and take no such room.)
 //! A process leaves (EOF on its stdin, see [`Process::close`]) when it has served
 //! `max_jobs_per_process` jobs, has been idle for `idle_timeout`, when a reload changed its
 //! queue, and at the shutdown.
@@ -126,8 +127,8 @@ impl Pool {
 
     /// Once per turn of the consumer: ends idle processes that died or wrote out of turn, and
     /// stops those idle for longer than their queue's `idle_timeout`, those whose queue a
-    /// reload changed or removed, and those beyond the slots left free by `running` handlers.
-    pub fn sweep(&mut self, settings: &Settings, running: usize) {
+    /// reload changed or removed, and those beyond the slots left by `busy` persistent ones.
+    pub fn sweep(&mut self, settings: &Settings, busy: usize) {
         self.kill_grace = settings.worker.kill_grace;
         while self.leaving.try_join_next().is_some() {}
         let now = Instant::now();
@@ -161,7 +162,7 @@ impl Pool {
                 }
             }
         }
-        self.make_room(settings.worker.concurrency.saturating_sub(running));
+        self.make_room(settings.worker.concurrency.saturating_sub(busy));
     }
 
     /// The shutdown: every idle process gets EOF now.

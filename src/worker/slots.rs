@@ -108,10 +108,10 @@ impl Slots {
             let not_before = match process {
                 Some(_) => None,
                 None => {
-                    // This job's new process needs a slot's place: counting it, every slot
-                    // with a job, and the idle processes.
-                    self.pool
-                        .make_room(worker.concurrency.saturating_sub(self.tasks.len() + 1));
+                    // At most one persistent process per slot: counting this job's new one,
+                    // the busy ones and the idle ones.
+                    let busy = self.busy_processes() + 1;
+                    self.pool.make_room(worker.concurrency.saturating_sub(busy));
                     self.pool.not_before(&q.name)
                 }
             };
@@ -179,7 +179,17 @@ impl Slots {
 
     /// Idle persistent processes: see [`Pool::sweep`].
     pub fn sweep(&mut self, settings: &Settings) {
-        self.pool.sweep(settings, self.tasks.len());
+        self.pool.sweep(settings, self.busy_processes());
+    }
+
+    /// Jobs running on persistent processes (or on their way to one). Per-job handlers do
+    /// not count: they hold no process between jobs, and an idle persistent process must not
+    /// be stopped to make room for them.
+    fn busy_processes(&self) -> usize {
+        self.running
+            .values()
+            .filter(|r| r.queue.persistent.is_some())
+            .count()
     }
 
     /// The drain begins: idle processes get EOF now, busy ones once their job is answered.
