@@ -1,5 +1,5 @@
 //! The benchmark: `bench/run` (or `cargo bench --features bench --bench myjob -- [--smoke]
-//! [--rows-10m] [--latency-only] [--cat-only] [--backlog-only] [--growth-only]`). Every figure is measured next to a ceiling of
+//! [--rows-10m] [--latency-only] [--cat-only] [--backlog-only] [--growth-only] [--persistent-only]`). Every figure is measured next to a ceiling of
 //! this machine measured in the same run, and reported as a ratio to it; the table goes to
 //! stdout and to bench/results/<date>.md. Every run's jobs are real rows, verified at the end
 //! (all done, each claimed once).
@@ -18,6 +18,9 @@ use mysql_async::{Conn, Opts};
 use tokio::io::AsyncWriteExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_myjob");
+
+/// The argument that makes this binary a minimal persistent handler (see [`serve_ok`]).
+const PERSISTENT_OK: &str = "--persistent-ok";
 
 /// How big a run is: `--smoke` proves the bench works in seconds; the full run is for figures.
 struct Size {
@@ -42,6 +45,26 @@ struct Run {
     cpu: Cpu,
 }
 
+/// What runs the jobs of a throughput run.
+#[derive(Clone)]
+struct Handler {
+    argv: Vec<String>,
+    persistent: bool,
+    /// Jobs per run, when not the size's own (a slow handler gets fewer).
+    jobs: Option<usize>,
+}
+
+impl From<&str> for Handler {
+    /// A per-job handler with no arguments.
+    fn from(program: &str) -> Handler {
+        Handler {
+            argv: vec![program.to_owned()],
+            persistent: false,
+            jobs: None,
+        }
+    }
+}
+
 /// CPU time per job in µs: the whole machine's, myjob's (every instance) and MariaDB's.
 #[derive(Clone, Copy, Default)]
 struct Cpu {
@@ -61,6 +84,10 @@ struct Bench {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == PERSISTENT_OK) {
+        serve_ok();
+        return;
+    }
     if !args.iter().any(|a| a == "--bench") {
         println!("myjob bench: run it with bench/run (cargo bench --features bench --bench myjob)");
         return;
@@ -134,6 +161,13 @@ impl Bench {
                 self.size.backlog_jobs,
                 behind / clean
             );
+            return;
+        }
+        if std::env::args().any(|a| a == "--persistent-only") {
+            // For working on item 9 alone, with the spawn ceiling it is compared to.
+            let (spawn, _, _) = self.spawn_ceiling().await;
+            self.line("| what | figure | ratio | target |\n|---|---|---|---|");
+            self.persistent(spawn).await;
             return;
         }
         if std::env::args().any(|a| a == "--cat-only") {
@@ -307,6 +341,9 @@ impl Bench {
             mark(rss64 <= 20 * 1024)
         ));
 
+        // 9. Persistent handlers.
+        self.persistent(spawn).await;
+
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
             self.explain().await
@@ -317,6 +354,113 @@ impl Bench {
             if smoke { " --smoke" } else { "" }
         ));
         self.save();
+    }
+
+    /// Item 9, persistent handlers: the same PHP handler body per job and persistent, the
+    /// same for Python, a minimal persistent handler (this binary with [`PERSISTENT_OK`])
+    /// against the no-op handler, which runs no process, and myjob's peak RSS with
+    /// persistent handlers at concurrency 64. All at concurrency 8 but the last. Per-job
+    /// interpreters are slow, so their runs take fewer jobs.
+    async fn persistent(&mut self, spawn: f64) {
+        let smoke = self.size.jobs < 1000;
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/persistent");
+        let dir = self.dir.clone();
+        let put = |name: &str, text: &str| {
+            let path = dir.join(name);
+            let text = text
+                .replace("DIR", dir.to_str().unwrap())
+                .replace("EXAMPLES", examples.to_str().unwrap());
+            std::fs::write(&path, text).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        // The body: a SHA-256 of the payload.
+        put(
+            "body.php",
+            "<?php\nfunction body(string $p): void { if (strlen(hash('sha256', $p)) !== 64) { throw new RuntimeException('hash'); } }\n",
+        );
+        let php_job = put(
+            "per-job.php",
+            "<?php\nrequire 'DIR/body.php';\nbody(stream_get_contents(STDIN));\n",
+        );
+        let php_persistent = put(
+            "persistent.php",
+            "<?php\nrequire 'DIR/body.php';\nrequire 'EXAMPLES/myjob.php';\nmyjob_serve(fn (MyjobJob $job) => body($job->payload));\n",
+        );
+        put(
+            "body.py",
+            "import hashlib\n\ndef body(p):\n    if len(hashlib.sha256(p).hexdigest()) != 64:\n        raise ValueError('hash')\n",
+        );
+        let py_job = put(
+            "per_job.py",
+            "import sys\nsys.path.insert(0, 'DIR')\nimport body\nbody.body(sys.stdin.buffer.read())\n",
+        );
+        let py_persistent = put(
+            "persistent.py",
+            "import sys\nsys.path[:0] = ['DIR', 'EXAMPLES']\nimport body, myjob\nmyjob.serve(lambda job: body.body(job.payload))\n",
+        );
+        // The system's interpreter, not a version manager's shim, which would add a shell
+        // start to every per-job run.
+        let python = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let (few, many) = if smoke { (10, 200) } else { (200, 10_000) };
+        for (name, interpreter, per_job, persistent, per_job_jobs) in [
+            ("PHP", "php", php_job, php_persistent, 2 * few),
+            ("Python", python, py_job, py_persistent, few),
+        ] {
+            let handler = |script: String, persistent: bool, jobs: usize| Handler {
+                argv: vec![interpreter.to_owned(), script],
+                persistent,
+                jobs: Some(jobs),
+            };
+            let slow = self
+                .throughput(1, 8, handler(per_job, false, per_job_jobs), 0)
+                .await
+                .rate;
+            let fast = self
+                .throughput(1, 8, handler(persistent, true, many), 0)
+                .await
+                .rate;
+            self.line(&format!(
+                "| {name} handler (SHA-256 of the payload), a process per job, concurrency 8, jobs/s | {slow:.0} | 1 | |"
+            ));
+            self.line(&format!(
+                "| the same {name} body, persistent (examples/persistent), jobs/s | {fast:.0} | {:.1} of per-job | ≥ 20 {} |",
+                fast / slow,
+                mark(fast / slow >= 20.0)
+            ));
+        }
+        let ok = Handler {
+            argv: vec![
+                std::env::current_exe()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+                PERSISTENT_OK.to_owned(),
+            ],
+            persistent: true,
+            jobs: None,
+        };
+        let noop = self.throughput(1, 8, "myjob:noop", 0).await.rate;
+        let minimal = self.throughput(1, 8, ok.clone(), 0).await.rate;
+        self.line(&format!(
+            "| minimal persistent handler (reads the payload, answers OK), concurrency 8, jobs/s | {minimal:.0} | {:.2} of no-op ({noop:.0}) | ≥ 0.50 {} |",
+            minimal / noop,
+            mark(minimal / noop >= 0.5)
+        ));
+        self.line(&format!(
+            "| the same, over the `cat` spawn ceiling | | {:.1} of spawn | |",
+            minimal / spawn
+        ));
+        let run = self.throughput(1, 64, ok, 0).await;
+        self.line(&format!(
+            "| peak RSS of `myjob run`, concurrency 64, persistent handlers, MiB | {:.1} | | ≤ 20 {} |",
+            run.peak_kib as f64 / 1024.0,
+            mark(run.peak_kib <= 20 * 1024)
+        ));
     }
 
     fn line(&mut self, s: &str) {
@@ -461,14 +605,17 @@ impl Bench {
         median(rates)
     }
 
-    fn config(&self, concurrency: usize, command: &str, poll: &str) -> PathBuf {
+    fn config(&self, concurrency: usize, handler: &Handler, poll: &str) -> PathBuf {
         let path = self.dir.join(format!("bench-{concurrency}.toml"));
+        let argv: Vec<String> = handler.argv.iter().map(|a| format!("{a:?}")).collect();
         std::fs::write(
             &path,
             format!(
                 "[database]\nurl = \"{}\"\n[worker]\nconcurrency = {concurrency}\npoll_interval = \"{poll}\"\n\
-                 [[queue]]\nname = \"bench\"\ncommand = [\"{command}\"]\n",
-                self.url
+                 [[queue]]\nname = \"bench\"\ncommand = [{}]\npersistent = {}\n",
+                self.url,
+                argv.join(", "),
+                handler.persistent
             ),
         )
         .unwrap();
@@ -504,9 +651,11 @@ impl Bench {
         &self,
         instances: usize,
         concurrency: usize,
-        command: &str,
+        handler: impl Into<Handler>,
         inflight: usize,
     ) -> Run {
+        let handler = handler.into();
+        let jobs = handler.jobs.unwrap_or(self.size.jobs);
         let mut rates = Vec::new();
         let mut ratios = Vec::new();
         let mut cpu = Vec::new();
@@ -520,12 +669,12 @@ impl Bench {
                 }
             };
             let mut conn = self.fresh().await;
-            self.insert(&mut conn, self.size.jobs).await;
-            let config = self.config(concurrency, command, "100ms");
+            self.insert(&mut conn, jobs).await;
+            let config = self.config(concurrency, &handler, "100ms");
             let db = mariadbd_pid();
             let (busy, db_ticks) = (busy_ticks(), db.map_or(0, cpu_ticks));
             let workers = Workers((1..=instances).map(|i| self.start(&config, i)).collect());
-            let n = self.size.jobs as u64;
+            let n = jobs as u64;
             wait_queue_done(&mut conn, "bench", n).await;
             let per_job = |ticks: u64| ticks_us(ticks) / n as f64;
             cpu.push(Cpu {
@@ -600,7 +749,7 @@ impl Bench {
                 }
                 self.insert(&mut conn, n).await;
                 conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
-                let config = self.config(8, "/bin/true", "100ms");
+                let config = self.config(8, &"/bin/true".into(), "100ms");
                 let workers = Workers(vec![self.start(&config, 1)]);
                 wait_queue_done(&mut conn, "bench", n as u64).await;
                 workers.stop();
@@ -639,7 +788,7 @@ impl Bench {
         .unwrap();
         chmod_x(&handler);
         let _ = std::fs::remove_file(&record);
-        let config = self.config(8, handler.to_str().unwrap(), "500ms");
+        let config = self.config(8, &handler.to_str().unwrap().into(), "500ms");
         let workers = Workers(vec![self.start(&config, 1)]);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let end = Instant::now() + Duration::from_secs_f64(self.size.latency_secs);
@@ -677,7 +826,7 @@ impl Bench {
     /// less this probe's own) and its CPU, over `idle_secs`.
     async fn idle(&self) -> (f64, f64) {
         let mut conn = self.fresh().await;
-        let config = self.config(64, "/bin/cat", "500ms");
+        let config = self.config(64, &"/bin/cat".into(), "500ms");
         let workers = Workers(vec![self.start(&config, 1)]);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let pid = workers.0[0].id();
@@ -961,5 +1110,40 @@ fn mark(ok: bool) -> &'static str {
         "✓"
     } else {
         "✗ missed"
+    }
+}
+
+/// A minimal persistent handler: `READY`, then for each job its header and whole payload read,
+/// and `OK`. What a handler costs when it does nothing.
+fn serve_ok() {
+    use std::io::{BufRead, Read, Write};
+    let mut input = std::io::stdin().lock();
+    let mut out = std::io::stdout().lock();
+    let mut header = String::new();
+    let mut payload = Vec::new();
+    if out
+        .write_all(b"READY\n")
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        header.clear();
+        if !matches!(input.read_line(&mut header), Ok(n) if n > 0) {
+            return; // EOF: myjob wants this process to exit
+        }
+        let length: u64 = header
+            .trim_end()
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        payload.clear();
+        if (&mut input).take(length).read_to_end(&mut payload).is_err()
+            || out.write_all(b"OK\n").and_then(|()| out.flush()).is_err()
+        {
+            return;
+        }
     }
 }
