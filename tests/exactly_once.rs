@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{chmod_x, TestDb, Worker};
+use common::{TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 
@@ -57,14 +57,7 @@ async fn setup(tag: &str, main: &str, persistent: bool) -> (TestDb, std::path::P
     )
     .await
     .unwrap();
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let handler = db.path("order.php");
-    let text = HANDLER
-        .replace("MAIN", main)
-        .replace("EXAMPLES", examples.to_str().unwrap())
-        .replace("DIR", db.dir.path().to_str().unwrap());
-    std::fs::write(&handler, text).unwrap();
-    chmod_x(&handler);
+    let handler = db.script("order.php", &HANDLER.replace("MAIN", main));
     let config = db.path("myjob.toml");
     std::fs::write(
         &config,

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use common::{chmod_x, TestDb, Worker};
+use common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 fn examples() -> PathBuf {
@@ -19,7 +19,7 @@ fn examples() -> PathBuf {
 /// what the payload says.
 const PHP: &str = r#"#!/usr/bin/env php
 <?php
-require 'EXAMPLES/myjob.php';
+require 'EXAMPLES/persistent/myjob.php';
 myjob_serve(function (MyjobJob $job) {
     file_put_contents('DIR/runs', "{$job->id} {$job->attempt} " . getmypid() . "\n", FILE_APPEND);
     file_put_contents("DIR/payload.{$job->id}", $job->payload);
@@ -35,7 +35,7 @@ myjob_serve(function (MyjobJob $job) {
 /// The same handler on myjob.py.
 const PY: &str = r#"#!/usr/bin/env python3
 import os, subprocess, sys
-sys.path.insert(0, 'EXAMPLES')
+sys.path.insert(0, 'EXAMPLES/persistent')
 import myjob
 
 def handle(job):
@@ -56,28 +56,30 @@ def handle(job):
 myjob.serve(handle)
 "#;
 
+/// A config with one persistent queue `h` run by `handler` in one slot, with `extra` added
+/// to the queue's table.
+fn one_queue(db: &TestDb, handler: &Path, extra: &str) -> PathBuf {
+    let config = db.path("myjob.toml");
+    let text = format!(
+        "[database]\nurl = \"{}\"\n[worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\
+         [[queue]]\nname = \"h\"\ncommand = [\"{}\"]\npersistent = true\n{extra}\n",
+        db.url,
+        handler.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
 /// Runs the jobs of [`jobs`] through `script` as a persistent queue, one slot, and checks
 /// every outcome.
 async fn check_helper(tag: &str, script: &str) {
     let db = TestDb::new(tag).await;
-    let handler = db.path("handler");
-    let text = script
-        .replace("EXAMPLES", examples().to_str().unwrap())
-        .replace("DIR", db.dir.path().to_str().unwrap());
-    std::fs::write(&handler, text).unwrap();
-    chmod_x(&handler);
-    let config = db.path("myjob.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[database]\nurl = \"{}\"\n[worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\
-             [[queue]]\nname = \"h\"\ncommand = [\"{}\"]\npersistent = true\n\
-             backoff = \"100ms\"\nbackoff_max = \"100ms\"\nmax_attempts = 2\n",
-            db.url,
-            handler.display()
-        ),
-    )
-    .unwrap();
+    let handler = db.script("handler", script);
+    let config = one_queue(
+        &db,
+        &handler,
+        "backoff = \"100ms\"\nbackoff_max = \"100ms\"\nmax_attempts = 2",
+    );
 
     let mut binary: Vec<u8> = (0..=255u8).collect();
     binary.extend_from_slice(b"\nJOB 1 1 1 1 3\nOK\n\0");
@@ -172,27 +174,11 @@ async fn the_readmes_plain_bash_handler_serves_jobs() {
     // Its `send-sms`: keeps what it read, and fails on the payload "down".
     let bin = db.path("bin");
     std::fs::create_dir(&bin).unwrap();
-    let send = bin.join("send-sms");
-    std::fs::write(
-        &send,
-        format!(
-            "#!/bin/sh\ncat >> {dir}/sent\necho >> {dir}/sent\necho \"sent by $PPID\"\n! grep -q down {dir}/sent\n",
-            dir = db.dir.path().display()
-        ),
-    )
-    .unwrap();
-    chmod_x(&send);
-    let config = db.path("myjob.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[database]\nurl = \"{}\"\n[worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\
-             [[queue]]\nname = \"h\"\ncommand = [\"{}\"]\npersistent = true\nmax_attempts = 1\n",
-            db.url,
-            examples().join("handler.sh").display()
-        ),
-    )
-    .unwrap();
+    db.script(
+        "bin/send-sms",
+        "#!/bin/sh\ncat >> DIR/sent\necho >> DIR/sent\necho \"sent by $PPID\"\n! grep -q down DIR/sent\n",
+    );
+    let config = one_queue(&db, &examples().join("handler.sh"), "max_attempts = 1");
     let ids = db
         .insert("h", &["hello", "line one\nline two", "down"])
         .await;

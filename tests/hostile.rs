@@ -27,13 +27,7 @@ esac
 
 /// A config with one queue per behaviour of [`ODD_HANDLER`].
 fn odd_config(db: &TestDb) -> std::path::PathBuf {
-    let script = db.path("odd.sh");
-    std::fs::write(
-        &script,
-        ODD_HANDLER.replace("DIR", db.dir.path().to_str().unwrap()),
-    )
-    .unwrap();
-    common::chmod_x(&script);
+    let script = db.script("odd.sh", ODD_HANDLER);
     let mut queues = String::new();
     for q in ["raw", "big", "flood", "longline", "closer", "orphan"] {
         queues += &format!(

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{chmod_x, edited, TestDb, Worker};
+use common::{edited, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 
@@ -51,14 +51,7 @@ echo "$$ $jobs" >> DIR/exits
 "#;
 
 fn handler(db: &TestDb) -> PathBuf {
-    let path = db.path("persistent.sh");
-    std::fs::write(
-        &path,
-        PERSISTENT.replace("DIR", db.dir.path().to_str().unwrap()),
-    )
-    .unwrap();
-    chmod_x(&path);
-    path
+    db.script("persistent.sh", PERSISTENT)
 }
 
 /// A config with one persistent queue `p` run by [`PERSISTENT`] started as `mode`, with

@@ -81,13 +81,23 @@ impl TestDb {
         self.dir.path().join(file)
     }
 
-    /// Writes the test handler (see [`HANDLER`]) and returns its path.
-    pub fn handler(&self) -> PathBuf {
-        let path = self.path("handler.sh");
-        let script = HANDLER.replace("DIR", self.dir.path().to_str().unwrap());
-        std::fs::write(&path, script).unwrap();
+    /// Writes an executable script `name` into the test's directory, with `DIR` in `text`
+    /// replaced by that directory and `EXAMPLES` by the project's `examples/`, and returns its
+    /// path.
+    pub fn script(&self, name: &str, text: &str) -> PathBuf {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        let path = self.path(name);
+        let text = text
+            .replace("EXAMPLES", examples.to_str().unwrap())
+            .replace("DIR", self.dir.path().to_str().unwrap());
+        std::fs::write(&path, text).unwrap();
         chmod_x(&path);
         path
+    }
+
+    /// Writes the test handler (see [`HANDLER`]) and returns its path.
+    pub fn handler(&self) -> PathBuf {
+        self.script("handler.sh", HANDLER)
     }
 
     /// Writes a config with one queue `q` run by the test handler, plus `extra` TOML appended
