@@ -242,17 +242,25 @@ pub enum Failure {
     Connection,
 }
 
+/// The first server error in `e`'s chain.
+fn server_error(e: &anyhow::Error) -> Option<&mysql_async::ServerError> {
+    e.chain()
+        .find_map(|c| match c.downcast_ref::<mysql_async::Error>() {
+            Some(mysql_async::Error::Server(s)) => Some(s),
+            _ => None,
+        })
+}
+
+/// The code of the first server error in `e`'s chain, if any.
+pub fn server_code(e: &anyhow::Error) -> Option<u16> {
+    server_error(e).map(|s| s.code)
+}
+
 /// Sorts an error by the first driver error in its chain.
 pub fn classify(e: &anyhow::Error) -> Failure {
     const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
     const ER_LOCK_DEADLOCK: u16 = 1213;
-    let server = e
-        .chain()
-        .find_map(|c| match c.downcast_ref::<mysql_async::Error>() {
-            Some(mysql_async::Error::Server(s)) => Some(s),
-            _ => None,
-        });
-    match server {
+    match server_error(e) {
         Some(s) if s.code == ER_LOCK_DEADLOCK || s.code == ER_LOCK_WAIT_TIMEOUT => {
             Failure::Conflict
         }

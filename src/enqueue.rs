@@ -9,7 +9,6 @@ use mysql_async::prelude::*;
 use tracing::warn;
 
 use crate::config::{check_queue_name, Settings};
-use crate::db;
 use crate::error::{Error, ExitCode, OrExit};
 use crate::store::jobs::{self, Enqueued, NewJob};
 use crate::store::schema;
@@ -96,13 +95,7 @@ pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<u64, Error> {
             settings.path.display()
         );
     }
-    let mut conn = db::connect(&settings.database)
-        .await
-        .map_err(|e| Error::new(e.exit_code(), e))?;
-    schema::check(&mut conn)
-        .await
-        .or_exit(ExitCode::Unavailable)?
-        .or_exit(ExitCode::Config)?;
+    let mut conn = schema::connect_checked(&settings.database).await?;
     // The payload travels in one packet: past the server's max_allowed_packet the driver
     // only reports "packets out of sync", so say what is wrong before sending.
     let limit: Option<u64> = conn

@@ -1,5 +1,5 @@
 //! On a Galera cluster: the claims made through a node that dies come back through the other
-//! nodes, and write conflicts between nodes cost no reconnect. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it for the cluster of
+//! nodes, write conflicts between nodes cost no reconnect, and `myjob lock` refuses to run. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it for the cluster of
 //! tests/db-server.sh). A test kills a node, so plain `cargo test` skips them; tests/run runs
 //! them with `--ignored --test-threads=1` (one test kills a node the other needs), beside the
 //! chaos run on the same cluster.
@@ -130,4 +130,35 @@ async fn write_conflicts_between_nodes_cost_no_reconnect() {
         conflicts += log.matches("trying again on the same connection").count();
     }
     println!("galera: 2000 jobs on three nodes, {conflicts} conflicts tried again, no reconnect");
+}
+
+/// `myjob lock` refuses a Galera node: its named locks hold on that node only.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Galera cluster: run through tests/run"]
+async fn lock_refuses_a_galera_node() {
+    let db = TestDb::new("galera_lock").await;
+    let config = db.config("", "");
+    let marker = db.path("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = common::myjob(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "lock",
+            "galera-lock",
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("lock galera-lock: "), "{err}");
+    assert!(
+        err.contains("is a Galera node, whose named locks hold on that node only"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the command ran");
 }

@@ -374,6 +374,43 @@ async fn a_process_that_ignores_sigterm_past_its_timeout_is_killed_and_replaced(
     assert_ne!(pid_of(&db, next), pid);
 }
 
+/// `myjob cancel` of a job running on a persistent process: the process (which ignores
+/// SIGTERM here) is stopped and replaced, and the job ends cancelled, not retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_job_stops_its_process_which_is_replaced() {
+    let db = TestDb::new("persist_cancel").await;
+    let config = config(&db, "ready", "concurrency = 1", "");
+    let id = insert_with_attempts(&db, "ignore-term:60", 3).await;
+    let w = Worker::start(&config, "1");
+    wait_for("the job to start", 30, || records(&db, "runs").len() == 1).await;
+    let pid = pid_of(&db, id);
+    let out = common::myjob(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "cancel",
+            &id.to_string(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0));
+    w.wait_log("job cancelled: its handler was stopped", 15)
+        .await;
+    assert!(!alive(pid), "the process outlived the cancel");
+    assert!(w.log_text().contains("handler process ignored SIGTERM"));
+    let next = db.insert("p", &["next"]).await[0];
+    db.wait_count(&format!("id = {next} AND status = 'done'"), 1, 30)
+        .await;
+    assert_ne!(pid_of(&db, next), pid);
+    let (status, attempts, ..) = db.job(id).await;
+    assert_eq!((status.as_str(), attempts), ("cancelled", 1));
+    assert_eq!(
+        records(&db, "runs").len(),
+        2,
+        "the cancelled job never ran again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_is_recycled_after_max_jobs_per_process() {
     let db = TestDb::new("persist_recycle").await;

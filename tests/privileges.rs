@@ -25,19 +25,15 @@ fn readme_grants(db: &str, user: &str) -> Vec<String> {
                 .replace("'myjob'@'10.0.0.%'", &format!("'{user}'@'%'"))
         })
         .collect();
-    assert_eq!(grants.len(), 4, "the README's GRANTs changed: {grants:?}");
+    assert_eq!(grants.len(), 5, "the README's GRANTs changed: {grants:?}");
     grants
 }
 
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_readme_grants_suffice_and_the_password_leaks_nowhere() {
-    let db = TestDb::new("least_priv").await;
+/// A new account `myjob_<tag>_…` with a random password and the README's GRANTs that pass
+/// `keep`; returns its name and password.
+async fn account(db: &TestDb, tag: &str, keep: impl Fn(&str) -> bool) -> (String, String) {
     let token = format!("{:016x}", rand::random::<u64>());
-    let user = format!("myjob_lp_{}", &token[..8]);
+    let user = format!("myjob_{tag}_{}", &token[..8]);
     let password = format!("Secret-{token}");
     let mut admin = db.conn().await;
     admin
@@ -51,8 +47,24 @@ async fn the_readme_grants_suffice_and_the_password_leaks_nowhere() {
         .await
         .unwrap();
     for grant in readme_grants(&db.name, &user) {
-        admin.query_drop(grant).await.unwrap();
+        if keep(&grant) {
+            admin.query_drop(grant).await.unwrap();
+        }
     }
+    (user, password)
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readme_grants_suffice_and_the_password_leaks_nowhere() {
+    let db = TestDb::new("least_priv").await;
+    let (user, password) = account(&db, "lp", |_| true).await;
+    // The password's random part, which no other text holds by chance.
+    let token = password.trim_start_matches("Secret-").to_owned();
+    let mut admin = db.conn().await;
 
     // Instance 1 reads the password from a password_file (0600), instance 2 from its url in
     // a file every user may read: the second is warned about.
@@ -240,4 +252,27 @@ async fn the_readme_grants_suffice_and_the_password_leaks_nowhere() {
         .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
         .await
         .unwrap();
+}
+
+/// An account with the GRANTs from before `myjob_queues` existed: the worker says once that it
+/// cannot see pauses, and runs every job all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_select_on_the_paused_queues_jobs_still_run() {
+    let db = TestDb::new("no_pauses").await;
+    let (user, password) = account(&db, "np", |g| !g.contains("myjob_queues")).await;
+    let mut admin = db.conn().await;
+    let config = db.config_as(&user, &password);
+    let ids = db.insert("q", &["a", "b", "c"]).await;
+    let w = Worker::start(&config, "1");
+    db.wait_count("status = 'done'", ids.len() as u64, 30).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let log = w.log_text();
+    assert_eq!(
+        log.matches("claiming every queue, paused or not").count(),
+        1,
+        "{log}"
+    );
+    let _ = admin
+        .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await;
 }

@@ -1,22 +1,26 @@
-//! The command line: parses arguments with clap, sets up logging, signals and the runtime,
-//! dispatches to the command, and turns its result into an exit code.
+//! The command line: parses arguments with clap, sets up logging and the runtime, dispatches
+//! to the command (one file each), and turns its result into an exit code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode as ProcessExit;
-use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use futures_util::StreamExt as _;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use mysql_async::Conn;
 
-use crate::config::{Settings, DEFAULT_PATH};
-use crate::daemon::{self, RunOptions};
+use crate::config::{check_queue_name, Settings, DEFAULT_PATH};
 use crate::error::{Error, ExitCode, OrExit};
 use crate::store::schema;
 use crate::{db, enqueue, logging};
+
+mod cancel;
+mod list;
+mod lock;
+mod pause;
+mod retry;
+mod run;
+mod show;
+mod stats;
+mod table;
 
 /// A MySQL/MariaDB-backed job worker: claims jobs from the myjob_jobs table and runs a
 /// handler subprocess for each.
@@ -45,6 +49,58 @@ enum Command {
     },
     /// Check the configuration file: exit 0, or exit 78 naming the key at fault.
     CheckConfig,
+    /// One row per queue: jobs due, scheduled, running, done, failed and cancelled, the wait of
+    /// the oldest due job, and whether the queue is paused.
+    Stats {
+        /// One JSON document: {"queues": [...]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Jobs: pending ones in the order they will run, scheduled ones by run time, the rest
+    /// newest first.
+    List(list::ListArgs),
+    /// Every column of one job.
+    Show {
+        /// The job's id.
+        id: u64,
+        /// One JSON document.
+        #[arg(long, conflicts_with = "payload")]
+        json: bool,
+        /// Write only the payload's raw bytes to stdout.
+        #[arg(long)]
+        payload: bool,
+    },
+    /// Make failed jobs due now, with all their attempts again (exit 65, changing nothing, if a
+    /// job is not failed).
+    Retry(retry::RetryArgs),
+    /// Cancel jobs that have not finished; a running job's handler is stopped within 2 s
+    /// (exit 65, changing nothing, if a job has finished).
+    Cancel {
+        /// The jobs' ids.
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<u64>,
+    },
+    /// Stop claiming a queue's jobs, on every instance and across restarts; jobs running in it
+    /// finish.
+    Pause {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+    },
+    /// Claim a paused queue's jobs again.
+    Resume {
+        /// The queue.
+        #[arg(value_parser = queue_name)]
+        queue: String,
+    },
+    /// Run COMMAND while holding the server's named lock NAME, so that one such command runs at
+    /// a time across all hosts; exits with COMMAND's status, or 75 when the lock was not
+    /// acquired within --wait, or was lost (the command is then stopped).
+    Lock(lock::LockArgs),
+}
+
+fn queue_name(s: &str) -> Result<String, String> {
+    check_queue_name(s).map(|()| s.to_owned())
 }
 
 #[derive(Args, Debug)]
@@ -99,7 +155,7 @@ pub fn main() -> ProcessExit {
         }
     };
     match runtime.block_on(dispatch(cli)) {
-        Ok(()) => ProcessExit::SUCCESS,
+        Ok(code) => ProcessExit::from(code),
         Err(e) => {
             // The whole cause chain, once, on one line.
             tracing::error!("{e}");
@@ -108,8 +164,10 @@ pub fn main() -> ProcessExit {
     }
 }
 
-async fn dispatch(cli: Cli) -> Result<(), Error> {
-    match cli.command {
+/// Runs the command; returns the exit code: 0, or the status `lock` passes on.
+async fn dispatch(cli: Cli) -> Result<u8, Error> {
+    let done = match cli.command {
+        Command::Lock(args) => return lock::run(&cli.config, args).await,
         Command::CheckConfig => {
             let settings = Settings::load(&cli.config).or_exit(ExitCode::Config)?;
             settings.check_runnable().or_exit(ExitCode::Config)?;
@@ -157,49 +215,22 @@ async fn dispatch(cli: Cli) -> Result<(), Error> {
             println!("{id}");
             Ok(())
         }
-        Command::Run { instance } => {
-            let shutdown = CancellationToken::new();
-            let reload = Arc::new(Notify::new());
-            let signals =
-                listen_for_signals(shutdown.clone(), reload.clone()).or_exit(ExitCode::Software)?;
-            let result = daemon::run(
-                RunOptions {
-                    config: cli.config,
-                    instance,
-                },
-                shutdown,
-                reload,
-            )
-            .await;
-            signals.close();
-            result
-        }
-    }
+        Command::Run { instance } => run::run(cli.config, instance).await,
+        Command::Stats { json } => stats::run(&cli.config, json).await,
+        Command::List(args) => list::run(&cli.config, args).await,
+        Command::Show { id, json, payload } => show::run(&cli.config, id, json, payload).await,
+        Command::Retry(args) => retry::run(&cli.config, args).await,
+        Command::Cancel { ids } => cancel::run(&cli.config, &ids).await,
+        Command::Pause { queue } => pause::pause(&cli.config, &queue).await,
+        Command::Resume { queue } => pause::resume(&cli.config, &queue).await,
+    };
+    done.map(|()| 0)
 }
 
-/// SIGTERM and SIGINT start the drain; SIGHUP asks for a reload.
-fn listen_for_signals(
-    shutdown: CancellationToken,
-    reload: Arc<Notify>,
-) -> std::io::Result<signal_hook_tokio::Handle> {
-    let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    let handle = signals.handle();
-    tokio::spawn(async move {
-        while let Some(signal) = signals.next().await {
-            match signal {
-                SIGHUP => {
-                    info!("SIGHUP: reloading the configuration");
-                    reload.notify_one();
-                }
-                _ if shutdown.is_cancelled() => {
-                    warn!("already stopping; waiting for running handlers")
-                }
-                _ => {
-                    info!(signal, "shutting down");
-                    shutdown.cancel();
-                }
-            }
-        }
-    });
-    Ok(handle)
+/// What an operator command starts with: the settings (exit 78 if they are wrong), and a
+/// connection to a database whose schema fits this binary (exit 69 if it cannot be reached).
+async fn open(config: &Path) -> Result<(Settings, Conn), Error> {
+    let settings = Settings::load(config).or_exit(ExitCode::Config)?;
+    let conn = schema::connect_checked(&settings.database).await?;
+    Ok((settings, conn))
 }

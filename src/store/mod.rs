@@ -2,5 +2,6 @@
 //! parameters, and each statement says which index serves it.
 
 pub mod jobs;
+pub mod queues;
 pub mod schema;
 pub mod servers;

@@ -5,6 +5,10 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 
+use crate::config::DatabaseSettings;
+use crate::db;
+use crate::error::{Error, ExitCode, OrExit};
+
 /// Every migration, in order. Each is applied once and recorded in `myjob_schema_migrations`.
 const MIGRATIONS: &[(u32, &str, &str)] = &[
     (
@@ -21,6 +25,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         3,
         "claim_per_queue",
         include_str!("../../migrations/0003_claim_per_queue.sql"),
+    ),
+    (
+        4,
+        "operations",
+        include_str!("../../migrations/0004_operations.sql"),
     ),
 ];
 
@@ -113,4 +122,17 @@ pub async fn check(conn: &mut Conn) -> anyhow::Result<Result<(), SchemaError>> {
         f if f > needed => Err(SchemaError::Ahead { found, needed }),
         _ => Ok(()),
     })
+}
+
+/// A connection for a command that reads or writes jobs: exit 69 when the database cannot be
+/// reached, 78 when its schema does not fit this binary.
+pub async fn connect_checked(database: &DatabaseSettings) -> Result<Conn, Error> {
+    let mut conn = db::connect(database)
+        .await
+        .map_err(|e| Error::new(e.exit_code(), e))?;
+    check(&mut conn)
+        .await
+        .or_exit(ExitCode::Unavailable)?
+        .or_exit(ExitCode::Config)?;
+    Ok(conn)
 }

@@ -23,6 +23,7 @@ use crate::db::{self, Failure};
 use crate::error::chain;
 use crate::stats::Stats;
 use crate::store::jobs::{self, Claimer, Completion, Outcome};
+use crate::store::queues;
 use crate::worker::link::{Fresh, Link};
 use crate::worker::outbox::Outbox;
 use crate::worker::prefetch::{Prefetch, Ready};
@@ -32,6 +33,9 @@ use crate::worker::slots::{Finished, Slots};
 const FINAL_WRITE: Duration = Duration::from_secs(10);
 /// A healthy loop turns at least this often, for the watchdog (see [`Stats::beat`]).
 const TURN: Duration = Duration::from_secs(1);
+/// While jobs run, how often the consumer asks whether an operator cancelled one. The
+/// question stands in for the keepalive's ping, so it costs a query only under load.
+const CANCEL_CHECK: Duration = Duration::from_secs(1);
 
 pub struct Consumer {
     settings: watch::Receiver<Arc<Settings>>,
@@ -45,8 +49,15 @@ pub struct Consumer {
     /// Which queue the next claim starts with: each claim starts one further, so that when
     /// every queue has a backlog none waits behind the others.
     rotation: usize,
-    /// When the stager runs next (see [`jobs::stage`]): once per `poll_interval`.
+    /// When the stager runs next (see [`jobs::stage`]), and the paused queues are read again:
+    /// once per `poll_interval`.
     next_stage: Instant,
+    /// The queues an operator paused (`myjob pause`): not claimed.
+    paused: Vec<String>,
+    /// The account may not read the paused queues; said once.
+    pauses_denied: bool,
+    /// When to ask next about cancelled jobs (see [`CANCEL_CHECK`]).
+    next_cancel_check: Instant,
 }
 
 impl Consumer {
@@ -71,6 +82,9 @@ impl Consumer {
             outbox: Outbox::default(),
             rotation: 0,
             next_stage: now,
+            paused: Vec::new(),
+            pauses_denied: false,
+            next_cancel_check: now,
         }
     }
 
@@ -104,7 +118,12 @@ impl Consumer {
             // Claim when the prefetch runs low, and while the queue has a backlog for at least
             // `least` jobs: fewer, fuller claims. At the poll, any free slot is worth a claim.
             let due = (backlog && want.jobs >= want.least) || (now >= next_claim && want.jobs > 0);
+            if now >= self.next_cancel_check {
+                self.next_cancel_check = now + CANCEL_CHECK;
+                self.check_cancelled().await;
+            }
             if now >= self.next_stage {
+                self.read_paused().await;
                 self.stage().await;
                 // From the end of this pass: a stager that waited out a lock must not run
                 // again at once and keep the claims from their turn.
@@ -137,6 +156,9 @@ impl Consumer {
                 wake = wake.min(t);
             }
             wake = wake.min(self.link.deadline());
+            if !self.slots.is_empty() || !self.prefetch.is_empty() {
+                wake = wake.min(self.next_cancel_check);
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => {}
                 f = self.slots.next_finished(), if !self.slots.is_empty() => {
@@ -228,6 +250,65 @@ impl Consumer {
         self.link.close().await;
     }
 
+    /// Reads which queues are paused. On an error the last list stands. An account without
+    /// SELECT on `myjob_queues` (GRANTs from before the table existed) gets one error line and
+    /// goes on claiming every queue: the jobs run, though pauses go unseen.
+    async fn read_paused(&mut self) {
+        const ER_TABLEACCESS_DENIED: u16 = 1142;
+        let Some(conn) = self.link.conn() else {
+            return;
+        };
+        match queues::paused(conn).await {
+            Ok(paused) => {
+                self.link.succeeded();
+                self.pauses_denied = false;
+                if paused != self.paused {
+                    info!(paused = ?paused, "paused queues changed");
+                    self.paused = paused;
+                }
+            }
+            Err(e) if db::server_code(&e) == Some(ER_TABLEACCESS_DENIED) => {
+                self.link.used();
+                if !self.pauses_denied {
+                    error!("consumer: {}; claiming every queue, paused or not (GRANT SELECT ON the database's myjob_queues to this account)", chain(&*e));
+                    self.pauses_denied = true;
+                }
+            }
+            Err(e) => self.db_error(e).await,
+        }
+    }
+
+    /// While jobs run or wait to start: asks which of them an operator cancelled, stops the
+    /// handlers of those running, and drops those waiting. It stands in for the keepalive.
+    async fn check_cancelled(&mut self) {
+        if self.slots.is_empty() && self.prefetch.is_empty() {
+            return;
+        }
+        let Some(conn) = self.link.conn() else {
+            return;
+        };
+        let mut batches: Vec<u64> = self
+            .slots
+            .batches()
+            .chain(self.prefetch.batches())
+            .collect();
+        batches.sort_unstable();
+        batches.dedup();
+        match jobs::cancelled(conn, &batches).await {
+            Ok(ids) => {
+                self.link.succeeded();
+                if ids.is_empty() {
+                    return;
+                }
+                self.slots.cancel(&ids);
+                for job_id in self.prefetch.drop_jobs(&ids) {
+                    info!(job_id, "job cancelled before its start");
+                }
+            }
+            Err(e) => self.db_error(e).await,
+        }
+    }
+
     /// Runs the stager: due scheduled jobs become pending, and the other way (see
     /// [`jobs::stage`]).
     async fn stage(&mut self) {
@@ -260,7 +341,11 @@ impl Consumer {
             owner_server: server,
             worker: &self.worker,
         };
-        let queues = &settings.queues;
+        let queues: Vec<_> = settings
+            .queues
+            .iter()
+            .filter(|q| !self.paused.contains(&q.name))
+            .collect();
         let first = self.rotation % queues.len().max(1);
         self.rotation = self.rotation.wrapping_add(1);
         let mut left = want;
@@ -339,6 +424,7 @@ impl Consumer {
                 job_id,
                 attempt, "job released: cut short by the shutdown, the attempt does not count"
             ),
+            Outcome::Cancelled => info!(job_id, attempt, "job cancelled: its handler was stopped"),
         }
         self.outbox.push(f.completion);
     }

@@ -43,15 +43,18 @@ pub enum Exit {
     Refused { reason: String },
     /// Killed because myjob is shutting down and the handler outlived `shutdown_timeout`.
     Aborted,
+    /// Stopped because an operator cancelled the job (`myjob cancel`).
+    Cancelled,
 }
 
 /// Runs `queue`'s command for `job` and waits for it, at most `queue.timeout`; then SIGTERM to
-/// its process group, and SIGKILL `kill_grace` later. `abort` (fired when a shutdown runs out
-/// of time) kills the group at once.
+/// its process group, and SIGKILL `kill_grace` later. `cancel` (the job was cancelled) stops
+/// it the same way; `abort` (fired when a shutdown runs out of time) kills the group at once.
 pub async fn run(
     job: &Job,
     queue: &QueueSettings,
     kill_grace: Duration,
+    cancel: &CancellationToken,
     abort: &CancellationToken,
 ) -> Exit {
     #[cfg(feature = "bench")]
@@ -95,13 +98,23 @@ pub async fn run(
     let ended = tokio::select! {
         status = child.wait() => Ended::Status(status),
         _ = tokio::time::sleep(queue.timeout) => Ended::TimedOut,
+        _ = cancel.cancelled() => Ended::Cancelled,
         _ = abort.cancelled() => Ended::Aborted,
     };
-    // A timed-out or aborted handler is still running: end it before looking at its output.
+    // A timed-out, cancelled or aborted handler is still running: end it before looking at
+    // its output.
     match ended {
         Ended::Status(_) => {}
-        Ended::TimedOut => {
-            warn!(job_id = job.id, timeout = ?queue.timeout, "handler timed out: SIGTERM to its process group");
+        Ended::TimedOut | Ended::Cancelled => {
+            match ended {
+                Ended::Cancelled => warn!(
+                    job_id = job.id,
+                    "job cancelled: SIGTERM to its handler's process group"
+                ),
+                _ => {
+                    warn!(job_id = job.id, timeout = ?queue.timeout, "handler timed out: SIGTERM to its process group")
+                }
+            }
             signal_group(group, Signal::SIGTERM);
             tokio::select! {
                 status = child.wait() => { let _ = status; }
@@ -155,6 +168,7 @@ pub async fn run(
             code: None,
         },
         Ended::Aborted => Exit::Aborted,
+        Ended::Cancelled => Exit::Cancelled,
     }
 }
 
@@ -162,6 +176,7 @@ pub async fn run(
 enum Ended {
     Status(std::io::Result<ExitStatus>),
     TimedOut,
+    Cancelled,
     Aborted,
 }
 

@@ -80,13 +80,23 @@ impl Prefetch {
 
     /// Keeps only the waiting jobs in `held`; returns the ids of the others.
     pub fn keep_only(&mut self, held: &[u64]) -> Vec<u64> {
+        self.retain(|id| held.contains(&id))
+    }
+
+    /// Drops the waiting jobs among `ids` (an operator cancelled them); returns those dropped.
+    pub fn drop_jobs(&mut self, ids: &[u64]) -> Vec<u64> {
+        self.retain(|id| !ids.contains(&id))
+    }
+
+    /// Keeps the waiting jobs whose id passes `keep`; returns the ids of the others.
+    fn retain(&mut self, keep: impl Fn(u64) -> bool) -> Vec<u64> {
         let mut dropped = Vec::new();
         self.ready.retain(|r| {
-            let keep = held.contains(&r.job.id);
-            if !keep {
+            let kept = keep(r.job.id);
+            if !kept {
                 dropped.push(r.job.id);
             }
-            keep
+            kept
         });
         dropped
     }

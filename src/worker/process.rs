@@ -55,6 +55,7 @@ pub async fn serve(
     process: Option<Process>,
     not_before: Option<Instant>,
     kill_grace: Duration,
+    cancel: CancellationToken,
     abort: CancellationToken,
 ) -> Served {
     let (mut process, start) = match process {
@@ -63,6 +64,7 @@ pub async fn serve(
             if let Some(t) = not_before {
                 tokio::select! {
                     _ = sleep_until(t) => {}
+                    _ = cancel.cancelled() => return Served { exit: Exit::Cancelled, process: None, start: None },
                     _ = abort.cancelled() => return Served { exit: Exit::Aborted, process: None, start: None },
                 }
             }
@@ -88,7 +90,15 @@ pub async fn serve(
             }
         }
     };
-    let (exit, fit) = process.run(&job, kill_grace, &abort).await;
+    // Cancelled while the process started: it never saw the job, and may take the next.
+    if cancel.is_cancelled() {
+        return Served {
+            exit: Exit::Cancelled,
+            process: Some(process),
+            start,
+        };
+    }
+    let (exit, fit) = process.run(&job, kill_grace, &cancel, &abort).await;
     Served {
         exit,
         process: fit.then_some(process),
@@ -101,6 +111,7 @@ enum Ended {
     /// A line on stdout, or `None` at the end of stdout.
     Line(Result<Option<Vec<u8>>, String>),
     TimedOut,
+    Cancelled,
     Aborted,
 }
 
@@ -166,7 +177,7 @@ impl Process {
                 p.terminate(kill_grace, abort).await;
                 format!("not ready within {}", humantime::format_duration(timeout))
             }
-            Ended::Aborted => {
+            Ended::Cancelled | Ended::Aborted => {
                 p.kill().await;
                 "stopped by the shutdown before READY".into()
             }
@@ -181,6 +192,7 @@ impl Process {
         &mut self,
         job: &Job,
         kill_grace: Duration,
+        cancel: &CancellationToken,
         abort: &CancellationToken,
     ) -> (Exit, bool) {
         self.stderr.start(job.id);
@@ -214,6 +226,7 @@ impl Process {
                     _ = &mut write, if !written => written = true,
                     line = read_line(&mut self.stdout) => break Ended::Line(line),
                     _ = &mut deadline => break Ended::TimedOut,
+                    _ = cancel.cancelled() => break Ended::Cancelled,
                     _ = abort.cancelled() => break Ended::Aborted,
                 }
             };
@@ -235,6 +248,16 @@ impl Process {
                     humantime::format_duration(self.queue.timeout)
                 );
                 return (self.lost(&why).await, false);
+            }
+            Ended::Cancelled => {
+                warn!(
+                    job_id = job.id,
+                    pid = self.pid,
+                    "job cancelled: SIGTERM to its handler process's group"
+                );
+                self.terminate(kill_grace, abort).await;
+                self.finish_stderr().await;
+                return (Exit::Cancelled, false);
             }
             Ended::Aborted => {
                 self.kill().await;

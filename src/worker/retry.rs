@@ -17,6 +17,7 @@ pub fn decide(exit: Exit, attempt: u32, max_attempts: u32, queue: &QueueSettings
     match exit {
         Exit::Success => Outcome::Done,
         Exit::Aborted => Outcome::Release,
+        Exit::Cancelled => Outcome::Cancelled,
         Exit::Refused { reason } => Outcome::Fail {
             error: format!("permanent failure on attempt {attempt}: {reason}"),
         },

@@ -31,6 +31,8 @@ struct Running {
     attempt: u32,
     max_attempts: u32,
     queue: std::sync::Arc<crate::config::QueueSettings>,
+    /// Fired when an operator cancels the job: its handler is stopped.
+    cancel: CancellationToken,
 }
 
 /// What a slot's task hands back: its job's outcome, and for a persistent queue the process
@@ -102,6 +104,8 @@ impl Slots {
         };
         tracing::debug!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started");
         let abort = self.abort.clone();
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
         let q = queue.clone();
         let task = if q.persistent.is_some() {
             let process = self.pool.take(&q);
@@ -118,7 +122,8 @@ impl Slots {
             self.tasks.spawn(async move {
                 let (attempt, max_attempts) = (run.attempt, run.max_attempts);
                 let served =
-                    process::serve(run, q.clone(), process, not_before, kill_grace, abort).await;
+                    process::serve(run, q.clone(), process, not_before, kill_grace, stop, abort)
+                        .await;
                 Ran {
                     outcome: retry::decide(served.exit, attempt, max_attempts, &q),
                     process: served.process,
@@ -127,7 +132,7 @@ impl Slots {
             })
         } else {
             self.tasks.spawn(async move {
-                let exit = handler::run(&run, &q, kill_grace, &abort).await;
+                let exit = handler::run(&run, &q, kill_grace, &stop, &abort).await;
                 Ran {
                     outcome: retry::decide(exit, run.attempt, run.max_attempts, &q),
                     process: None,
@@ -143,8 +148,16 @@ impl Slots {
                 attempt: job.attempt,
                 max_attempts,
                 queue,
+                cancel,
             },
         );
+    }
+
+    /// Stops the handlers of the jobs among `ids` that run here: an operator cancelled them.
+    pub fn cancel(&self, ids: &[u64]) {
+        for r in self.running.values().filter(|r| ids.contains(&r.job_id)) {
+            r.cancel.cancel();
+        }
     }
 
     /// A handler that has ended already, if any.

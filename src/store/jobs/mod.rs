@@ -1,5 +1,6 @@
-//! Every statement myjob sends about `myjob_jobs`, and nothing else. Values are always bound
-//! as parameters; only the number of `?` in an `IN (…)` list varies.
+//! Every statement myjob sends about `myjob_jobs`, and nothing else: the worker's and the
+//! producer's here, the operator commands' in [`admin`]. Values are always bound as
+//! parameters; only the number of `?` in an `IN (…)` list varies.
 //!
 //! Every write about a claimed job is fenced by its `batch_id`: the reaper clears `batch_id`
 //! when it puts a job back, and a new claim stamps a new one, so a late write from the old
@@ -10,6 +11,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, TxOpts, Value};
+
+pub mod admin;
 
 /// A job as the claim hands it out.
 #[derive(Debug, Clone)]
@@ -43,7 +46,7 @@ pub fn new_batch_id() -> u64 {
 /// `?, ?, …` for `n` values, with `n` rounded up to a power of two (the list is padded by
 /// repeating its last value, which changes nothing in an `IN`). A few sizes of statement stay
 /// in the driver's prepared-statement cache instead of one per batch length.
-fn in_list<T: Clone + Into<Value>>(values: &[T]) -> (String, Vec<Value>) {
+pub(crate) fn in_list<T: Clone + Into<Value>>(values: &[T]) -> (String, Vec<Value>) {
     let n = values.len().max(1).next_power_of_two();
     let mut bound: Vec<Value> = values.iter().cloned().map(Into::into).collect();
     while bound.len() < n {
@@ -181,6 +184,20 @@ pub async fn still_claimed(conn: &mut Conn, claims: &[(u64, u64)]) -> anyhow::Re
         .collect())
 }
 
+/// Of the jobs claimed in `batch_ids`, those an operator cancelled since (`myjob cancel`
+/// turns a claimed job `cancelled` in place, batch_id and all). The consumer asks once a
+/// second while it has jobs running, in place of the keepalive's ping. Served by the batch_id
+/// index.
+pub async fn cancelled(conn: &mut Conn, batch_ids: &[u64]) -> anyhow::Result<Vec<u64>> {
+    let (list, params) = in_list(batch_ids);
+    conn.exec(
+        format!("SELECT id FROM myjob_jobs WHERE batch_id IN ({list}) AND status = 'cancelled'"),
+        Params::Positional(params),
+    )
+    .await
+    .context("asking which running jobs were cancelled")
+}
+
 /// What became of one finished job, and so what to write about it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -193,6 +210,9 @@ pub enum Outcome {
     /// Back to `pending` at once, and the attempt does not count: the job was cut short by a
     /// shutdown, not by anything it did.
     Release,
+    /// An operator cancelled the job while it ran, and its handler was stopped: the row says
+    /// `cancelled` already, so there is nothing to write.
+    Cancelled,
 }
 
 /// One job's outcome, with the batch that fences its write.
@@ -235,6 +255,7 @@ pub async fn write_outcomes(
     let mut done: Vec<(u64, Vec<u64>)> = Vec::new();
     for c in completions {
         let (sql, params): (&str, Vec<Value>) = match &c.outcome {
+            Outcome::Cancelled => continue,
             Outcome::Done => {
                 match done.iter_mut().find(|g| g.0 == c.batch_id) {
                     Some(g) => g.1.push(c.job_id),
@@ -311,7 +332,7 @@ pub async fn write_outcomes(
             .exec(
                 format!(
                     "SELECT id FROM myjob_jobs WHERE id IN ({list}) AND batch_id = ? \
-                     AND status IN ('done', 'failed')"
+                     AND status IN ('done', 'failed', 'cancelled')"
                 ),
                 Params::Positional(params),
             )

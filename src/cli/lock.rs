@@ -1,0 +1,263 @@
+//! `myjob lock NAME -- COMMAND`: runs a command while holding the server's named lock, so that
+//! one such command runs at a time across every host that uses the same server.
+//!
+//! The lock is `GET_LOCK(NAME)` on a connection of its own, which the server frees when the
+//! connection ends, however it ends. So the command must never outlive the connection:
+//! - the connection is asked once a second whether it still holds the lock; lost (a network
+//!   failure, a `KILL CONNECTION`, a server restart), the command is stopped and myjob exits 75;
+//! - `--timeout` stops the command the same way: a lease that cannot expire under a holder
+//!   that is still running;
+//! - if myjob itself dies, the command gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`), as
+//!   the server frees the lock.
+//!
+//! "Stopped" is SIGTERM to the command's process group, then SIGKILL `--kill-grace` later.
+//!
+//! A Galera node is refused: its named locks are not replicated, so two holders on two nodes
+//! would both get the lock.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use clap::Args;
+use futures_util::StreamExt as _;
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use tokio::process::{Child, Command};
+use tokio::time::{sleep, timeout, Instant};
+use tracing::{info, warn};
+
+use crate::config::Settings;
+use crate::db;
+use crate::error::{Error, ExitCode, OrExit};
+
+/// The longest lock name, in characters: MySQL's limit, applied on every server so that a
+/// name works wherever myjob runs.
+const MAX_NAME: usize = 64;
+/// How often the connection is asked whether it still holds the lock.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How long that question may take before the connection counts as lost.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Args, Debug)]
+pub struct LockArgs {
+    /// The lock's name, 1 to 64 characters; the same name on every host means the same lock.
+    #[arg(value_parser = lock_name)]
+    name: String,
+    /// How long to wait for the lock; not acquired by then, exit 75 without running COMMAND.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration)]
+    wait: Duration,
+    /// The longest COMMAND may hold the lock; past it, it is stopped and myjob lock exits 75.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    timeout: Option<Duration>,
+    /// After SIGTERM, how long COMMAND gets before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
+    kill_grace: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+fn lock_name(s: &str) -> Result<String, String> {
+    match s.chars().count() {
+        0 => Err("must not be empty".into()),
+        n if n > MAX_NAME => Err(format!(
+            "is {n} characters long; at most {MAX_NAME} are allowed"
+        )),
+        _ => Ok(s.to_owned()),
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 0s, 30s, 5m)"))
+}
+
+/// Why the command was stopped, or how it ended.
+enum End {
+    Exited(ExitStatus),
+    Lost(String),
+    TimedOut,
+}
+
+/// Runs the command under the lock; returns the exit code for myjob lock: the command's own,
+/// or 128 + the signal that ended it, as a shell reports it.
+pub async fn run(config: &Path, args: LockArgs) -> Result<u8, Error> {
+    let settings = Settings::load(config).or_exit(ExitCode::Config)?;
+    let mut conn = db::connect(&settings.database)
+        .await
+        .map_err(|e| Error::new(e.exit_code(), e))?;
+    let name = &args.name;
+    // A Galera node keeps its named locks to itself: a holder on another node would get the
+    // same lock, so the exclusion myjob lock promises cannot be had there.
+    let server = db::ServerId::of(&mut conn)
+        .await
+        .or_exit(ExitCode::Unavailable)?;
+    if server.galera.is_some() {
+        let _ = conn.disconnect().await;
+        return Err(Error::new(
+            ExitCode::Unavailable,
+            anyhow!("lock {name}: {} is a Galera node, whose named locks hold on that node only; myjob lock cannot exclude commands run through the other nodes", settings.database.display),
+        ));
+    }
+    let got: Option<Option<i64>> = conn
+        .exec_first("SELECT GET_LOCK(?, ?)", (name, args.wait.as_secs_f64()))
+        .await
+        .map_err(|e| anyhow!("lock {name}: cannot take it: {}", db::describe(&e)))
+        .or_exit(ExitCode::Unavailable)?;
+    if got.flatten() != Some(1) {
+        let _ = conn.disconnect().await;
+        return Err(Error::new(
+            ExitCode::TempFail,
+            anyhow!(
+                "lock {name}: held by another connection; not acquired within {}, so the command did not run",
+                humantime::format_duration(args.wait)
+            ),
+        ));
+    }
+    info!(lock = %name, connection = conn.id(), "lock acquired");
+    let mut child = match spawn(&args.command) {
+        Ok(child) => child,
+        Err(e) => {
+            release(conn, name).await;
+            return Err(Error::new(
+                ExitCode::Unavailable,
+                anyhow!("{}: cannot start: {e}", args.command[0].to_string_lossy()),
+            ));
+        }
+    };
+    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+    let end = watch(&mut child, group, &mut conn, &args).await;
+    let code = match end {
+        End::Exited(status) => {
+            release(conn, name).await;
+            return Ok(exit_code(status));
+        }
+        End::Lost(why) => {
+            warn!(lock = %name, "lock lost ({why}): stopping the command");
+            format!("the connection that held it was lost ({why}), so the command was stopped")
+        }
+        End::TimedOut => {
+            warn!(lock = %name, "--timeout passed: stopping the command");
+            let limit = args.timeout.unwrap_or_default();
+            format!(
+                "the command held it past --timeout {}, so it was stopped",
+                humantime::format_duration(limit)
+            )
+        }
+    };
+    stop(&mut child, group, args.kill_grace).await;
+    release(conn, name).await;
+    Err(Error::new(
+        ExitCode::TempFail,
+        anyhow!("lock {name}: {code}"),
+    ))
+}
+
+/// Starts the command in a process group of its own, with myjob's environment, stdin and
+/// output, and the kernel's promise to SIGKILL it if myjob dies. Called on the thread that
+/// runs the command's future (not a spawned task), since PR_SET_PDEATHSIG follows the thread
+/// that forked: that thread lives as long as myjob does.
+fn spawn(command: &[OsString]) -> std::io::Result<Child> {
+    let parent = nix::unistd::getpid();
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]).process_group(0).kill_on_drop(true);
+    // SAFETY: prctl and getppid are async-signal-safe system calls, and the closure touches
+    // nothing else of the parent's.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // myjob died between the fork and the prctl: nothing would kill the command later.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other("myjob lock exited"));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Waits for the command while checking that the lock is still held, for `--timeout`, and
+/// passing SIGTERM, SIGINT and SIGHUP on to the command's group. One exit: the command's end,
+/// or the reason to stop it.
+async fn watch(child: &mut Child, group: Option<Pid>, conn: &mut Conn, args: &LockArgs) -> End {
+    let deadline = args.timeout.map(|t| Instant::now() + t);
+    let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP]).ok();
+    let mut next_check = Instant::now() + CHECK_EVERY;
+    loop {
+        let forward = async {
+            match signals.as_mut() {
+                Some(s) => s.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait() => {
+                return match status {
+                    Ok(status) => End::Exited(status),
+                    Err(e) => End::Lost(format!("cannot wait for the command: {e}")),
+                };
+            }
+            Some(sig) = forward => {
+                if let (Some(pgid), Ok(sig)) = (group, Signal::try_from(sig)) {
+                    let _ = killpg(pgid, sig);
+                }
+            }
+            _ = tokio::time::sleep_until(deadline.unwrap_or(next_check)), if deadline.is_some() => {
+                return End::TimedOut;
+            }
+            _ = tokio::time::sleep_until(next_check) => {
+                next_check = Instant::now() + CHECK_EVERY;
+                if let Err(why) = still_held(conn, &args.name).await {
+                    return End::Lost(why);
+                }
+            }
+        }
+    }
+}
+
+/// Whether this connection still holds `name`; the error says why not.
+async fn still_held(conn: &mut Conn, name: &str) -> Result<(), String> {
+    let asked =
+        conn.exec_first::<Option<u64>, _, _>("SELECT IS_USED_LOCK(?) = CONNECTION_ID()", (name,));
+    match timeout(CHECK_TIMEOUT, asked).await {
+        Ok(Ok(Some(Some(1)))) => Ok(()),
+        Ok(Ok(_)) => Err("the server no longer holds it for this connection".into()),
+        Ok(Err(e)) => Err(db::describe(&e)),
+        Err(_) => Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
+    }
+}
+
+/// SIGTERM to the command's group, SIGKILL `grace` later, and whatever is left of the group
+/// after that.
+async fn stop(child: &mut Child, group: Option<Pid>, grace: Duration) {
+    let Some(pgid) = group else {
+        return;
+    };
+    let _ = killpg(pgid, Signal::SIGTERM);
+    tokio::select! {
+        _ = child.wait() => {}
+        _ = sleep(grace) => warn!("the command ignored SIGTERM: SIGKILL to its process group"),
+    }
+    let _ = killpg(pgid, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// Releases the lock and closes the connection; closing alone would free it too.
+async fn release(mut conn: Conn, name: &str) {
+    let _ = conn.exec_drop("DO RELEASE_LOCK(?)", (name,)).await;
+    let _ = conn.disconnect().await;
+}
+
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.saturating_add(sig as u8),
+        _ => ExitCode::Software as u8,
+    }
+}

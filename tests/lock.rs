@@ -1,0 +1,257 @@
+//! `myjob lock`: mutual exclusion on the server's named locks, with real processes. Lock names
+//! carry the test database's name, since named locks are server-wide and tests run at once.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bin, myjob, TestDb};
+use mysql_async::prelude::*;
+
+/// Starts `myjob lock` with `args` (the lock's name, options, `--`, the command).
+fn start(config: &Path, args: &[&str]) -> Child {
+    Command::new(bin())
+        .args(["--config", config.to_str().unwrap(), "lock"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn lock(config: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut all = vec!["--config", config.to_str().unwrap(), "lock"];
+    all.extend_from_slice(args);
+    let out = myjob(&all, b"");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z"))
+}
+
+/// Waits for `path` to hold a pid, and returns it.
+async fn pid_in(path: &Path) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no pid in {path:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The connection that holds lock `name`, once one does.
+async fn holder(db: &TestDb, name: &str) -> u64 {
+    let mut conn = db.conn().await;
+    let start = Instant::now();
+    loop {
+        let id: Option<Option<u64>> = conn
+            .exec_first("SELECT IS_USED_LOCK(?)", (name,))
+            .await
+            .unwrap();
+        if let Some(Some(id)) = id {
+            return id;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nobody took {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_holders_take_turns_and_the_status_is_passed_on() {
+    let db = TestDb::new("lock_turns").await;
+    let config = db.config("", "");
+    let name = format!("{}.turns", db.name);
+    let log = db.path("log");
+    // Each holder writes start, waits, writes end: with the lock, no two starts in a row.
+    let script = format!(
+        "echo start >> {l}; sleep 0.5; echo end >> {l}",
+        l = log.display()
+    );
+    let holders: Vec<Child> = (0..3)
+        .map(|_| {
+            start(
+                &config,
+                &[&name, "--wait", "30s", "--", "sh", "-c", &script],
+            )
+        })
+        .collect();
+    for h in holders {
+        let out = h.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text, "start\nend\n".repeat(3), "interleaved:\n{text}");
+
+    // The command's status is myjob lock's; a signal's is 128 + its number, as in a shell.
+    assert_eq!(
+        lock(&config, &[&name, "--", "sh", "-c", "exit 7"]).0,
+        Some(7)
+    );
+    assert_eq!(
+        lock(&config, &[&name, "--", "sh", "-c", "kill -9 $$"]).0,
+        Some(137)
+    );
+    let (code, err) = lock(&config, &[&name, "--", "/nonexistent/command"]);
+    assert_eq!(code, Some(69), "{err}");
+    assert!(err.contains("/nonexistent/command: cannot start"), "{err}");
+    // Released each time: the lock is free now.
+    let mut conn = db.conn().await;
+    let free: Option<i64> = conn
+        .exec_first("SELECT IS_FREE_LOCK(?)", (&name,))
+        .await
+        .unwrap();
+    assert_eq!(free, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_lock_is_exit_75_and_the_command_never_runs() {
+    let db = TestDb::new("lock_busy").await;
+    let config = db.config("", "");
+    let name = format!("{}.busy", db.name);
+    let mut conn = db.conn().await;
+    let got: Option<i64> = conn
+        .exec_first("SELECT GET_LOCK(?, 0)", (&name,))
+        .await
+        .unwrap();
+    assert_eq!(got, Some(1));
+    let marker = db.path("ran");
+    let touch = format!("touch {}", marker.display());
+    let (code, err) = lock(&config, &[&name, "--", "sh", "-c", &touch]);
+    assert_eq!(code, Some(75), "{err}");
+    assert!(
+        err.contains(&format!("lock {name}: held by another connection; not acquired within 0s, so the command did not run")),
+        "{err}"
+    );
+    let began = Instant::now();
+    let (code, _) = lock(&config, &[&name, "--wait", "1s", "--", "sh", "-c", &touch]);
+    assert_eq!(code, Some(75));
+    assert!(
+        began.elapsed() >= Duration::from_millis(900),
+        "did not wait"
+    );
+    assert!(!marker.exists(), "the command ran without the lock");
+
+    // Names: empty, or longer than 64 characters, are usage errors.
+    let long = "x".repeat(65);
+    for bad in ["", long.as_str()] {
+        let (code, err) = lock(&config, &[bad, "--", "true"]);
+        assert_eq!(code, Some(64), "{err}");
+        assert!(err.contains("<NAME>"), "{err}");
+    }
+    assert_eq!(lock(&config, &[&"y".repeat(64), "--", "true"]).0, Some(0));
+    assert_eq!(lock(&config, &[&name]).0, Some(64), "no command");
+}
+
+/// kill -9 of a holding myjob lock: the server frees the lock with the connection, and the
+/// command dies too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_holder_frees_the_lock_and_its_command_dies() {
+    let db = TestDb::new("lock_killed").await;
+    let config = db.config("", "");
+    let name = format!("{}.killed", db.name);
+    let pidfile = db.path("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut holder_proc = start(&config, &[&name, "--", "sh", "-c", &script]);
+    let command = pid_in(&pidfile).await;
+    holder(&db, &name).await;
+    holder_proc.kill().unwrap();
+    holder_proc.wait().unwrap();
+    let start_wait = Instant::now();
+    while alive(command) {
+        assert!(
+            start_wait.elapsed() < Duration::from_secs(5),
+            "the command outlived myjob lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, err) = lock(&config, &[&name, "--wait", "10s", "--", "true"]);
+    assert_eq!(code, Some(0), "the lock was not freed: {err}");
+}
+
+/// A KILL CONNECTION of the holder's connection: the lock is gone, so the command is stopped
+/// (here it ignores SIGTERM, so SIGKILL after the grace) and myjob lock exits 75.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_connection_stops_the_command_and_exits_75() {
+    let db = TestDb::new("lock_lost").await;
+    let config = db.config("", "");
+    let name = format!("{}.lost", db.name);
+    let pidfile = db.path("pid");
+    let script = format!("trap '' TERM; echo $$ > {}; sleep 60", pidfile.display());
+    let proc = start(
+        &config,
+        &[&name, "--kill-grace", "1s", "--", "sh", "-c", &script],
+    );
+    let command = pid_in(&pidfile).await;
+    let conn_id = holder(&db, &name).await;
+    let mut conn = db.conn().await;
+    let killed = Instant::now();
+    conn.query_drop(format!("KILL CONNECTION {conn_id}"))
+        .await
+        .unwrap();
+    let out = proc.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(
+        err.contains(&format!(
+            "lock {name}: the connection that held it was lost"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("the command ignored SIGTERM"), "{err}");
+    assert!(!alive(command), "the command outlived the lock");
+    // A check a second, and a second of grace.
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        killed.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timeout_stops_the_command_and_exits_75() {
+    let db = TestDb::new("lock_timeout").await;
+    let config = db.config("", "");
+    let name = format!("{}.timeout", db.name);
+    let pidfile = db.path("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let began = Instant::now();
+    let (code, err) = lock(
+        &config,
+        &[&name, "--timeout", "1s", "--", "sh", "-c", &script],
+    );
+    assert_eq!(code, Some(75), "{err}");
+    assert!(
+        err.contains(&format!(
+            "lock {name}: the command held it past --timeout 1s, so it was stopped"
+        )),
+        "{err}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(30));
+    let command = pid_in(&pidfile).await;
+    assert!(!alive(command));
+    let (code, err) = lock(&config, &[&name, "--timeout", "soon", "--", "true"]);
+    assert_eq!(code, Some(64), "{err}");
+}
