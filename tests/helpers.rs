@@ -35,6 +35,8 @@ myjob_serve(function (MyjobJob $job) {
 /// The same handler on myjob.py.
 const PY: &str = r#"#!/usr/bin/env python3
 import os, subprocess, sys
+# No __pycache__ beside the example.
+sys.dont_write_bytecode = True
 sys.path.insert(0, 'EXAMPLES/persistent')
 import myjob
 
