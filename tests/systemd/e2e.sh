@@ -85,6 +85,7 @@ CREATE USER 'myjob_e2e'@'127.0.0.1' IDENTIFIED BY '$PW';
 GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_jobs TO 'myjob_e2e'@'127.0.0.1';
 GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_servers TO 'myjob_e2e'@'127.0.0.1';
 GRANT SELECT ON $DB.myjob_schema_migrations TO 'myjob_e2e'@'127.0.0.1';
+GRANT SELECT, INSERT, UPDATE ON $DB.myjob_queues TO 'myjob_e2e'@'127.0.0.1';
 GRANT PROCESS ON *.* TO 'myjob_e2e'@'127.0.0.1';
 SQL_END
 
@@ -144,9 +145,11 @@ sd systemctl daemon-reload
 check "start myjob@3 (WatchdogSec=2)" sd systemctl start myjob@3
 sleep 3
 check "healthy myjob@3 is not restarted by its watchdog" test "$(prop myjob@3 NRestarts)" = 0
-mariadb "$DB" -e "LOCK TABLES myjob_jobs WRITE; SELECT SLEEP(6); UNLOCK TABLES" >/dev/null &
+# Held for 10 s: each blocked statement gives up after lock_wait_timeout (3 s) and the loop
+# turns, so the pings stop only when two block in one turn (the stager's and the claim's).
+mariadb "$DB" -e "LOCK TABLES myjob_jobs WRITE; SELECT SLEEP(10); UNLOCK TABLES" >/dev/null &
 locker=$!
-check "stuck myjob@3: watchdog timeout -> restart" wait_for 15 sh -c "[ \"\$(\"$HERE/run-in-systemd.sh\" systemctl show -p NRestarts --value myjob@3)\" -ge 1 ]"
+check "stuck myjob@3: watchdog timeout -> restart" wait_for 20 sh -c "[ \"\$(\"$HERE/run-in-systemd.sh\" systemctl show -p NRestarts --value myjob@3)\" -ge 1 ]"
 check "journal: Watchdog timeout" grep -q 'Watchdog timeout' <<<"$(sd journalctl -b -u myjob@3 --no-pager)"
 wait $locker
 check "myjob@3 recovers once the lock is gone" wait_for 20 sd systemctl is-active -q myjob@3
