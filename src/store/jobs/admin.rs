@@ -316,21 +316,28 @@ pub async fn retry(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Result<u64, R
         if let Some(r) = unique_clash(conn, ids).await? {
             return Ok(Err(r));
         }
-        let (list, params) = in_list(ids);
-        conn.exec_drop(
-            format!(
-                "UPDATE myjob_jobs SET status = 'pending', attempts = 0, rescues = 0, \
-                     run_at = NOW(6), finished_at = NULL, batch_id = NULL, owner_conn = NULL, \
-                     owner_server = NULL, worker = NULL, claimed_at = NULL \
-                 WHERE id IN ({list}) AND status = 'failed'"
-            ),
-            Params::Positional(params),
-        )
-        .await
-        .context("retrying jobs")?;
-        Ok(Ok(conn.affected_rows()))
+        Ok(Ok(to_pending(conn, ids, "UPDATE").await?))
     })
     .await
+}
+
+/// The transition itself, `failed → pending`, for those of `ids` still failed: due now,
+/// attempts and rescues from 0, the claim's columns cleared, last_error kept. `update` is
+/// `UPDATE` or `UPDATE IGNORE`. Returns how many rows changed. Served by the primary key.
+async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Result<u64> {
+    let (list, params) = in_list(ids);
+    conn.exec_drop(
+        format!(
+            "{update} myjob_jobs SET status = 'pending', attempts = 0, rescues = 0, \
+                 run_at = NOW(6), finished_at = NULL, batch_id = NULL, owner_conn = NULL, \
+                 owner_server = NULL, worker = NULL, claimed_at = NULL \
+             WHERE id IN ({list}) AND status = 'failed'"
+        ),
+        Params::Positional(params),
+    )
+    .await
+    .context("retrying failed jobs")?;
+    Ok(conn.affected_rows())
 }
 
 /// The first of `ids` whose unique key a live job of its queue holds. Served by the unique
@@ -376,19 +383,9 @@ pub async fn retry_queue(conn: &mut Conn, queue: &str) -> anyhow::Result<(u64, u
         after = last;
         // IGNORE: a row whose unique key is taken keeps its status instead of failing the
         // statement.
-        let (list, params) = in_list(&ids);
-        conn.exec_drop(
-            format!(
-                "UPDATE IGNORE myjob_jobs SET status = 'pending', attempts = 0, rescues = 0, \
-                     run_at = NOW(6), finished_at = NULL, batch_id = NULL, owner_conn = NULL, \
-                     owner_server = NULL, worker = NULL, claimed_at = NULL \
-                 WHERE id IN ({list}) AND status = 'failed'"
-            ),
-            Params::Positional(params),
-        )
-        .await
-        .with_context(|| format!("retrying the failed jobs of queue {queue}"))?;
-        let n = conn.affected_rows();
+        let n = to_pending(conn, &ids, "UPDATE IGNORE")
+            .await
+            .with_context(|| format!("queue {queue}"))?;
         retried += n;
         stayed += ids.len() as u64 - n.min(ids.len() as u64);
         if (ids.len() as u64) < RETRY_CHUNK {
