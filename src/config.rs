@@ -64,6 +64,8 @@ struct RawConfig {
     #[serde(default)]
     reaper: RawReaper,
     #[serde(default)]
+    retention: RawRetention,
+    #[serde(default)]
     queue: Vec<RawQueue>,
 }
 
@@ -96,6 +98,14 @@ struct RawReaper {
     max_rescues: Option<i64>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    done: Option<String>,
+    failed: Option<String>,
+    cancelled: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawQueue {
@@ -123,6 +133,7 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub worker: WorkerSettings,
     pub reaper: ReaperSettings,
+    pub retention: Retention,
     pub queues: Vec<Arc<QueueSettings>>,
 }
 
@@ -186,6 +197,29 @@ pub struct ReaperSettings {
     /// How many times a job may be rescued from a worker that vanished while running it; the
     /// rescue that reaches it fails the job.
     pub max_rescues: u32,
+}
+
+/// How long finished jobs stay in the table, by final state: `[retention]`, and the ages
+/// `myjob purge` is given. None: for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub done: Option<Duration>,
+    pub failed: Option<Duration>,
+    pub cancelled: Option<Duration>,
+}
+
+impl Retention {
+    /// Each final state with its age; states kept for ever are left out.
+    pub fn ages(&self) -> Vec<(&'static str, Duration)> {
+        [
+            ("done", self.done),
+            ("failed", self.failed),
+            ("cancelled", self.cancelled),
+        ]
+        .into_iter()
+        .filter_map(|(status, age)| Some((status, age?)))
+        .collect()
+    }
 }
 
 /// One `[[queue]]`: its name and how its jobs are handled.
@@ -334,6 +368,13 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         max_rescues: int_in(raw.reaper.max_rescues, 3, 1, 1000, "reaper.max_rescues")? as u32,
     };
 
+    let r = raw.retention;
+    let retention = Retention {
+        done: age(r.done, "7d", "retention.done")?,
+        failed: age(r.failed, "30d", "retention.failed")?,
+        cancelled: age(r.cancelled, "30d", "retention.cancelled")?,
+    };
+
     let mut names = HashSet::new();
     let mut queues = Vec::new();
     for (i, q) in raw.queue.into_iter().enumerate() {
@@ -400,6 +441,7 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         database,
         worker,
         reaper,
+        retention,
         queues,
     })
 }
@@ -594,6 +636,24 @@ fn duration(value: Option<String>, default: &str, key: &str) -> Result<Duration,
     parse_duration(text).map_err(|m| (key.to_owned(), m))
 }
 
+fn age(value: Option<String>, default: &str, key: &str) -> Result<Option<Duration>, Invalid> {
+    parse_age(value.as_deref().unwrap_or(default)).map_err(|m| (key.to_owned(), m))
+}
+
+/// Parses how long finished jobs are kept: a duration such as `"7d"` (zero too: deleted as
+/// soon as they finish), or `"forever"`, which is None.
+pub fn parse_age(text: &str) -> Result<Option<Duration>, String> {
+    if text.trim() == "forever" {
+        return Ok(None);
+    }
+    if humantime::parse_duration(text.trim()).is_ok_and(|d| d.is_zero()) {
+        return Ok(Some(Duration::ZERO));
+    }
+    parse_duration(text)
+        .map(Some)
+        .map_err(|_| format!("{text:?} is not an age like \"12h\", \"7d\" or \"forever\""))
+}
+
 /// Parses a positive duration such as `"500ms"`, `"30s"` or `"5m"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(text.trim())
@@ -710,7 +770,10 @@ mod tests {
         let s = load_str(include_str!("../config/myjob.toml")).unwrap();
         // The reference file documents the defaults: it must not drift from them.
         let d = load_str(MINIMAL).unwrap();
-        assert_eq!((s.worker, s.reaper), (d.worker, d.reaper));
+        assert_eq!(
+            (s.worker, s.reaper, s.retention),
+            (d.worker, d.reaper, d.retention)
+        );
     }
 
     #[test]
@@ -720,6 +783,29 @@ mod tests {
         let q = "[[queue]]\nname = \"a\"\ncommand = [\"/bin/true\"]\npersistent = \"yes\"\n";
         let e = load_str(&format!("{MINIMAL}{q}")).unwrap_err();
         assert!(e.contains("queue[0].persistent"), "{e}");
+    }
+
+    #[test]
+    fn retention_keeps_finished_jobs_for_an_age_or_for_ever() {
+        let d = load_str(MINIMAL).unwrap().retention;
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            (d.done, d.failed, d.cancelled),
+            (Some(7 * day), Some(30 * day), Some(30 * day))
+        );
+        let s = load_str(&format!(
+            "{MINIMAL}[retention]\ndone = \"0s\"\nfailed = \"forever\"\n"
+        ))
+        .unwrap()
+        .retention;
+        assert_eq!(
+            s.ages(),
+            [("done", Duration::ZERO), ("cancelled", 30 * day)]
+        );
+        for bad in ["\"soon\"", "\"-1d\"", "\"\"", "7"] {
+            let e = load_str(&format!("{MINIMAL}[retention]\nfailed = {bad}\n")).unwrap_err();
+            assert!(e.contains("retention.failed"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! the same code through the binary or through [`daemon::run`].
 //!
 //! - [`worker`]: the consumer and its parts, and how a handler runs;
-//! - [`reaper`]: puts back the claims of dead workers;
+//! - [`reaper`]: puts back the claims of dead workers, and deletes finished jobs past their
+//!   retention ([`purge`]);
 //! - [`store`]: every SQL statement, one file per table;
 //! - [`daemon`]: `myjob run`, which starts both as [`tasks`] and stops them in order.
 
@@ -14,6 +15,7 @@ pub mod enqueue;
 pub mod error;
 pub mod logging;
 pub mod notify;
+pub mod purge;
 pub mod reaper;
 pub mod stats;
 pub mod store;

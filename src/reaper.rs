@@ -18,6 +18,10 @@
 //! `stale_after`: an instance that merely lost its connection, or waited out a restart or a
 //! failover, gets that long to reconnect and re-own its claims, rather than see its running
 //! jobs handed to another worker and run twice.
+//!
+//! The reaper that holds the lock then deletes finished jobs past their `[retention]`, in the
+//! gentle batches of `myjob purge`, for at most half an interval per pass: so one instance
+//! purges at a time, and a large backlog of old rows is worked off over several passes.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -33,6 +37,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, ServerId};
 use crate::error::chain;
+use crate::purge;
 use crate::store::jobs::{self, OldClaim, Rescued};
 use crate::store::servers;
 
@@ -87,7 +92,7 @@ impl Reaper {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(interval) => {}
             }
-            let Err(e) = self.pass().await else {
+            let Err(e) = self.pass(&shutdown).await else {
                 continue;
             };
             let kept = match (db::classify(&e), self.conn.as_mut()) {
@@ -106,7 +111,7 @@ impl Reaper {
         }
     }
 
-    async fn pass(&mut self) -> anyhow::Result<()> {
+    async fn pass(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         if self.conn.is_none() {
             let mut conn = db::connect(&self.db).await?;
             let server = ServerId::of(&mut conn).await?;
@@ -126,7 +131,7 @@ impl Reaper {
         // A server restart or a failover always breaks this connection, so a recent connection
         // is how the reaper knows the owners of claims made elsewhere may still be reconnecting.
         let settled = since.elapsed() >= settings.reaper.stale_after;
-        let result = reap(
+        let mut result = reap(
             conn,
             server,
             settled,
@@ -135,6 +140,9 @@ impl Reaper {
             &mut self.suspects,
         )
         .await;
+        if result.is_ok() {
+            result = retain(conn, &settings, shutdown).await;
+        }
         if lock == Lock::Held {
             conn.query_drop("DO RELEASE_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64))")
                 .await
@@ -266,6 +274,29 @@ async fn reap(
         info!(
             claims = foreign,
             "reaper: old claims made through another live server are left to that server's reapers"
+        );
+    }
+    Ok(())
+}
+
+/// Deletes finished jobs past their retention, for at most half an interval.
+async fn retain(
+    conn: &mut Conn,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let ages = settings.retention.ages();
+    let budget = settings.reaper.interval / 2;
+    let purged = purge::purge(conn, &ages, None, Some(budget), shutdown)
+        .await
+        .context("retention")?;
+    if purged.total() > 0 {
+        info!(
+            done = purged.done,
+            failed = purged.failed,
+            cancelled = purged.cancelled,
+            complete = purged.complete,
+            "reaper: deleted finished jobs past their retention"
         );
     }
     Ok(())

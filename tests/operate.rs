@@ -1,5 +1,5 @@
 //! The operator commands against a real server: `stats`, `list`, `show`, `retry`, `cancel`,
-//! `pause` and `resume`. Tables are compared whole with goldens (the rows' times are set to
+//! `pause`, `resume` and `purge`, and the reaper's retention. Tables are compared whole with goldens (the rows' times are set to
 //! fixed values first), JSON is parsed, and every change is checked in the rows and, where a
 //! worker is involved, in what the worker did.
 
@@ -580,8 +580,158 @@ async fn operator_commands_exit_69_when_the_database_is_away() {
         &["cancel", "1"],
         &["pause", "q"],
         &["resume", "q"],
+        &["purge"],
     ] {
         let err = fails(&away, args, 69);
         assert!(err.contains("127.0.0.1:1"), "{args:?}: {err}");
     }
+}
+
+/// Finished rows of every kind, old and young, beside live ones as old, for the purge tests:
+/// returns a query of what is left, by queue and status.
+async fn finished_rows(db: &TestDb) {
+    let cols = "(queue, status, run_at, finished_at)";
+    let at = |days: &str| format!("NOW(6) - INTERVAL {days}");
+    for (queue, status, run_at, finished_at, n) in [
+        // More than two batches of old done jobs, so that the purge goes on past a batch.
+        ("q", "done", at("10 DAY"), at("10 DAY"), 2500),
+        ("q", "done", at("1 HOUR"), at("1 HOUR"), 3),
+        // Due 20 days ago, but finished an hour ago: young, though first in the due index.
+        ("q", "done", at("20 DAY"), at("1 HOUR"), 2),
+        ("q", "failed", at("40 DAY"), at("40 DAY"), 2),
+        ("q", "failed", at("1 DAY"), at("1 DAY"), 1),
+        ("q", "cancelled", at("40 DAY"), at("40 DAY"), 1),
+        ("other", "done", at("10 DAY"), at("10 DAY"), 5),
+        // Live jobs are never purged, however old.
+        ("q", "pending", at("40 DAY"), "NULL".into(), 1),
+        ("q", "scheduled", at("40 DAY"), "NULL".into(), 1),
+        ("q", "claimed", at("40 DAY"), "NULL".into(), 1),
+    ] {
+        db.insert_rows(
+            cols,
+            &format!("('{queue}', '{status}', {run_at}, {finished_at})"),
+            n,
+        )
+        .await;
+    }
+}
+
+/// `(queue, status, count)` of every row left, sorted by name.
+async fn left(db: &TestDb) -> Vec<(String, String, u64)> {
+    let mut conn = db.conn().await;
+    let mut rows: Vec<(String, String, u64)> = conn
+        .query(
+            "SELECT CAST(queue AS CHAR), CAST(status AS CHAR), COUNT(*) FROM myjob_jobs \
+             GROUP BY queue, status",
+        )
+        .await
+        .unwrap();
+    rows.sort();
+    rows
+}
+
+fn rows(list: &[(&str, &str, u64)]) -> Vec<(String, String, u64)> {
+    list.iter()
+        .map(|(q, s, n)| (q.to_string(), s.to_string(), *n))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn purge_deletes_finished_jobs_by_age_and_queue() {
+    let db = TestDb::new("op_purge").await;
+    let config = db.config("", "");
+    finished_rows(&db).await;
+
+    // One state, one queue.
+    assert_eq!(
+        ok(
+            &config,
+            &["purge", "--done-older-than", "7d", "--queue", "q"]
+        ),
+        "deleted 2500 job(s): 2500 done, 0 failed, 0 cancelled\n"
+    );
+    // No age given: the config's [retention], here the defaults (done 7d, failed and
+    // cancelled 30d).
+    let doc = json(&ok(&config, &["purge", "--json"]));
+    assert_eq!(
+        doc,
+        json(r#"{"done": 5, "failed": 2, "cancelled": 1, "total": 8}"#)
+    );
+    assert_eq!(
+        left(&db).await,
+        rows(&[
+            ("q", "claimed", 1),
+            ("q", "done", 5),
+            ("q", "failed", 1),
+            ("q", "pending", 1),
+            ("q", "scheduled", 1),
+        ])
+    );
+
+    // "forever" purges nothing; 0s every finished job of its state.
+    assert_eq!(
+        ok(&config, &["purge", "--failed-older-than", "forever"]),
+        "deleted 0 job(s): 0 done, 0 failed, 0 cancelled\n"
+    );
+    assert_eq!(
+        ok(
+            &config,
+            &[
+                "purge",
+                "--done-older-than",
+                "0s",
+                "--failed-older-than",
+                "2h"
+            ]
+        ),
+        "deleted 6 job(s): 5 done, 1 failed, 0 cancelled\n"
+    );
+    assert_eq!(
+        db.count("status IN ('pending', 'scheduled', 'claimed')")
+            .await,
+        3
+    );
+    assert_eq!(db.count("1").await, 3);
+
+    let err = fails(&config, &["purge", "--done-older-than", "soon"], 64);
+    assert!(
+        err.contains("--done-older-than") && err.contains("\"soon\""),
+        "{err}"
+    );
+    let err = fails(&config, &["purge", "--queue", "bad name"], 64);
+    assert!(err.contains("queue name"), "{err}");
+}
+
+/// The reaper deletes finished jobs past `[retention]`: a job done by the worker goes a
+/// second after it finished, an old cancelled one by the default age, and failed ones stay
+/// for ever when told to.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reaper_applies_retention() {
+    let db = TestDb::new("op_retention").await;
+    let config = db.config("", "\n[retention]\ndone = \"1s\"\nfailed = \"forever\"\n");
+    let cols = "(queue, status, run_at, finished_at)";
+    for (status, age, n) in [
+        ("done", "10 DAY", 3),
+        ("failed", "400 DAY", 2),
+        ("cancelled", "40 DAY", 4),
+        ("cancelled", "1 HOUR", 1),
+    ] {
+        let at = format!("NOW(6) - INTERVAL {age}");
+        db.insert_rows(cols, &format!("('q', '{status}', {at}, {at})"), n)
+            .await;
+    }
+    let w = Worker::start(&config, "1");
+    let ran = db.insert("q", &["a", "b"]).await;
+    // Run, then deleted: none is left pending, running or done.
+    db.wait_count("status IN ('pending', 'claimed', 'done')", 0, 30)
+        .await;
+    let mut runs: Vec<u64> = db.runs().iter().map(|r| r.0).collect();
+    runs.sort();
+    assert_eq!(runs, ran);
+    assert_eq!(
+        left(&db).await,
+        rows(&[("q", "cancelled", 1), ("q", "failed", 2)])
+    );
+    w.wait_log("reaper: deleted finished jobs past their retention", 10)
+        .await;
 }

@@ -16,6 +16,7 @@ mod cancel;
 mod list;
 mod lock;
 mod pause;
+mod purge;
 mod retry;
 mod run;
 mod show;
@@ -93,6 +94,9 @@ enum Command {
         #[arg(value_parser = queue_name)]
         queue: String,
     },
+    /// Delete finished jobs, a thousand rows at a time with a pause after each so that workers
+    /// and producers are not held up; with no --*-older-than, by the config's [retention].
+    Purge(purge::PurgeArgs),
     /// Run COMMAND while holding the server's named lock NAME, so that one such command runs at
     /// a time across all hosts; exits with COMMAND's status, or 75 when the lock was not
     /// acquired within --wait, or was lost (the command is then stopped).
@@ -223,6 +227,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
         Command::Cancel { ids } => cancel::run(&cli.config, &ids).await,
         Command::Pause { queue } => pause::pause(&cli.config, &queue).await,
         Command::Resume { queue } => pause::resume(&cli.config, &queue).await,
+        Command::Purge(args) => purge::run(&cli.config, args).await,
     };
     done.map(|()| 0)
 }

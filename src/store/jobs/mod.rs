@@ -1,6 +1,7 @@
 //! Every statement myjob sends about `myjob_jobs`, and nothing else: the worker's and the
-//! producer's here, the operator commands' in [`admin`]. Values are always bound as
-//! parameters; only the number of `?` in an `IN (…)` list varies.
+//! producer's here, the operator commands' in [`admin`], the deletion of finished jobs in
+//! [`purge`]. Values are always bound as parameters; only the number of `?` in an `IN (…)`
+//! list varies.
 //!
 //! Every write about a claimed job is fenced by its `batch_id`: the reaper clears `batch_id`
 //! when it puts a job back, and a new claim stamps a new one, so a late write from the old
@@ -13,6 +14,7 @@ use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, TxOpts, Value};
 
 pub mod admin;
+pub mod purge;
 
 /// A job as the claim hands it out.
 #[derive(Debug, Clone)]
