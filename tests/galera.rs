@@ -1,6 +1,7 @@
 //! On a Galera cluster: the claims made through a node that dies come back through the other
-//! nodes, write conflicts between nodes cost no reconnect, and `myjob lock` refuses to run. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it for the cluster of
-//! tests/db-server.sh). A test kills a node, so plain `cargo test` skips them; tests/run runs
+//! nodes, write conflicts between nodes cost no reconnect, and `myjob lock`'s leases exclude
+//! holders on different nodes. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it
+//! for the cluster of tests/db-server.sh). A test kills a node, so plain `cargo test` skips them; tests/run runs
 //! them with `--ignored --test-threads=1` (one test kills a node the other needs), beside the
 //! chaos run on the same cluster.
 
@@ -132,33 +133,126 @@ async fn write_conflicts_between_nodes_cost_no_reconnect() {
     println!("galera: 2000 jobs on three nodes, {conflicts} conflicts tried again, no reconnect");
 }
 
-/// `myjob lock` refuses a Galera node: its named locks hold on that node only.
+/// `myjob lock` on a Galera cluster, whose named locks hold on one node only, holds a lease
+/// row instead: holders on the three nodes take turns; a holder whose node dies stops its
+/// command and exits 75, and a waiter on another node gets the lock only once the lease has
+/// run out, after the command is dead.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the Galera cluster: run through tests/run"]
-async fn lock_refuses_a_galera_node() {
+#[ignore = "kills a node of the Galera cluster: run through tests/run"]
+async fn lock_leases_exclude_holders_on_every_node() {
     let db = TestDb::new("galera_lock").await;
     let config = db.config("", "");
-    let marker = db.path("ran");
-    let touch = format!("touch {}", marker.display());
-    let out = common::myjob(
+    let on_node: Vec<std::path::PathBuf> = (0..3)
+        .map(|i| {
+            let path = db.path(&format!("node{}.toml", i + 1));
+            edited(
+                &config,
+                &path,
+                &[(db.url.as_str(), db.node_url(i).as_str())],
+            );
+            path
+        })
+        .collect();
+    let lock = |node: usize, args: &[&str]| {
+        std::process::Command::new(common::bin())
+            .args(["--config", on_node[node].to_str().unwrap(), "lock"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // Each holder writes start, waits, writes end: with the lock, no two starts in a row.
+    let log = db.path("log");
+    let script = format!(
+        "echo start >> {l}; sleep 1; echo end >> {l}",
+        l = log.display()
+    );
+    let holders: Vec<_> = (0..3)
+        .map(|node| lock(node, &["turns", "--wait", "60s", "--", "sh", "-c", &script]))
+        .collect();
+    for h in holders {
+        let out = h.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text, "start\nend\n".repeat(3), "interleaved:\n{text}");
+
+    // A holder on node 3, with a command that ignores SIGTERM; its node dies.
+    let pidfile = db.path("pid");
+    let script = format!("trap '' TERM; echo $$ > {}; sleep 120", pidfile.display());
+    let holder = lock(
+        2,
+        &["dies", "--kill-grace", "1s", "--", "sh", "-c", &script],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let command: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the holder's command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    db_server(&["kill", "galera", "3"]);
+    let died = Instant::now();
+    let got = db.path("got");
+    let waiter = lock(
+        1,
         &[
-            "--config",
-            config.to_str().unwrap(),
-            "lock",
-            "galera-lock",
+            "dies",
+            "--wait",
+            "60s",
             "--",
             "sh",
             "-c",
-            &touch,
+            &format!("touch {}", got.display()),
         ],
-        b"",
     );
+    let out = holder.wait_with_output().unwrap();
+    let stopped = died.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(69), "{err}");
-    assert!(err.contains("lock galera-lock: "), "{err}");
+    assert_eq!(out.status.code(), Some(75), "{err}");
     assert!(
-        err.contains("is a Galera node, whose named locks hold on that node only"),
+        err.contains("lock dies: its lease could not be renewed"),
         "{err}"
     );
-    assert!(!marker.exists(), "the command ran");
+    assert!(err.contains("so the command was stopped"), "{err}");
+    assert!(
+        std::fs::read_to_string(format!("/proc/{command}/stat")).is_err(),
+        "the command outlived its lock"
+    );
+    assert!(
+        !got.exists(),
+        "the waiter got the lock while the holder ran"
+    );
+    let out = waiter.wait_with_output().unwrap();
+    let acquired = died.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(got.exists());
+    // The lease: 15 s plus the grace of 1 s from the last renewal, at most a second before
+    // the node died; the holder stopped at once (its renewal failed) and SIGKILLed 1 s later.
+    assert!(
+        stopped < Duration::from_secs(10),
+        "stopped after {stopped:?}"
+    );
+    assert!(
+        acquired >= Duration::from_secs(14),
+        "taken over after {acquired:?}"
+    );
+    // The cluster whole again, for whatever runs next.
+    db_server(&["up", "galera"]);
 }

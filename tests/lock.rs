@@ -1,5 +1,6 @@
-//! `myjob lock`: mutual exclusion on the server's named locks, with real processes. Lock names
-//! carry the test database's name, since named locks are server-wide and tests run at once.
+//! `myjob lock`: mutual exclusion on the server's named locks, or on a Galera cluster on lease
+//! rows (tests/run runs these against a node too), with real processes. Lock names carry the
+//! test database's name, since named locks are server-wide and tests run at once.
 
 mod common;
 
@@ -54,15 +55,22 @@ async fn pid_in(path: &Path) -> i32 {
     }
 }
 
+/// Whether the test's server is a Galera node, where the lock is a lease row.
+async fn galera(db: &TestDb) -> bool {
+    db.server_id().await.galera.is_some()
+}
+
 /// The connection that holds lock `name`, once one does.
 async fn holder(db: &TestDb, name: &str) -> u64 {
     let mut conn = db.conn().await;
+    let sql = if galera(db).await {
+        "SELECT owner_conn FROM myjob_locks WHERE name = ?"
+    } else {
+        "SELECT IS_USED_LOCK(?)"
+    };
     let start = Instant::now();
     loop {
-        let id: Option<Option<u64>> = conn
-            .exec_first("SELECT IS_USED_LOCK(?)", (name,))
-            .await
-            .unwrap();
+        let id: Option<Option<u64>> = conn.exec_first(sql, (name,)).await.unwrap();
         if let Some(Some(id)) = id {
             return id;
         }
@@ -119,10 +127,12 @@ async fn concurrent_holders_take_turns_and_the_status_is_passed_on() {
     assert!(err.contains("/nonexistent/command: cannot start"), "{err}");
     // Released each time: the lock is free now.
     let mut conn = db.conn().await;
-    let free: Option<i64> = conn
-        .exec_first("SELECT IS_FREE_LOCK(?)", (&name,))
-        .await
-        .unwrap();
+    let sql = if galera(&db).await {
+        "SELECT COUNT(*) = 0 FROM myjob_locks WHERE name = ?"
+    } else {
+        "SELECT IS_FREE_LOCK(?)"
+    };
+    let free: Option<i64> = conn.exec_first(sql, (&name,)).await.unwrap();
     assert_eq!(free, Some(1));
 }
 
@@ -132,17 +142,28 @@ async fn a_held_lock_is_exit_75_and_the_command_never_runs() {
     let config = db.config("", "");
     let name = format!("{}.busy", db.name);
     let mut conn = db.conn().await;
-    let got: Option<i64> = conn
-        .exec_first("SELECT GET_LOCK(?, 0)", (&name,))
+    if galera(&db).await {
+        // A lease another host renewed just now.
+        conn.exec_drop(
+            "INSERT INTO myjob_locks (name, holder, held_by) VALUES (?, 1, 'elsewhere:1')",
+            (&name,),
+        )
         .await
         .unwrap();
-    assert_eq!(got, Some(1));
+    } else {
+        let got: Option<i64> = conn
+            .exec_first("SELECT GET_LOCK(?, 0)", (&name,))
+            .await
+            .unwrap();
+        assert_eq!(got, Some(1));
+    }
     let marker = db.path("ran");
     let touch = format!("touch {}", marker.display());
     let (code, err) = lock(&config, &[&name, "--", "sh", "-c", &touch]);
     assert_eq!(code, Some(75), "{err}");
     assert!(
-        err.contains(&format!("lock {name}: held by another connection; not acquired within 0s, so the command did not run")),
+        err.contains(&format!("lock {name}: held by another "))
+            && err.contains("; not acquired within 0s, so the command did not run"),
         "{err}"
     );
     let began = Instant::now();
@@ -187,7 +208,9 @@ async fn a_killed_holder_frees_the_lock_and_its_command_dies() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (code, err) = lock(&config, &[&name, "--wait", "10s", "--", "true"]);
+    // A named lock is freed with the connection; a lease once it runs out (20 s here).
+    let wait = if galera(&db).await { "40s" } else { "10s" };
+    let (code, err) = lock(&config, &[&name, "--wait", wait, "--", "true"]);
     assert_eq!(code, Some(0), "the lock was not freed: {err}");
 }
 
@@ -214,12 +237,12 @@ async fn a_lost_connection_stops_the_command_and_exits_75() {
     let out = proc.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(75), "{err}");
-    assert!(
-        err.contains(&format!(
-            "lock {name}: the connection that held it was lost"
-        )),
-        "{err}"
-    );
+    let lost = if galera(&db).await {
+        "its lease could not be renewed"
+    } else {
+        "the connection that held it was lost"
+    };
+    assert!(err.contains(&format!("lock {name}: {lost}")), "{err}");
     assert!(err.contains("the command ignored SIGTERM"), "{err}");
     assert!(!alive(command), "the command outlived the lock");
     // A check a second, and a second of grace.
@@ -254,4 +277,64 @@ async fn timeout_stops_the_command_and_exits_75() {
     assert!(!alive(command));
     let (code, err) = lock(&config, &[&name, "--timeout", "soon", "--", "true"]);
     assert_eq!(code, Some(64), "{err}");
+}
+
+/// The lease statements on every server (on a Galera cluster they stand in for GET_LOCK): a
+/// lease is taken once, renewed only by its holder, taken over once it has run out, and
+/// released only by its holder.
+#[tokio::test(flavor = "multi_thread")]
+async fn lease_rows_are_taken_renewed_expired_and_released() {
+    use myjob::store::locks::{self, Holder};
+    let db = TestDb::new("lock_lease").await;
+    let mut a_conn = db.conn().await;
+    let mut b_conn = db.conn().await;
+    let a = Holder {
+        token: 1,
+        held_by: "a:1",
+    };
+    let b = Holder {
+        token: 2,
+        held_by: "b:2",
+    };
+    let lease = Duration::from_secs(3);
+    let name = "Report";
+    assert!(locks::take(&mut a_conn, name, &a, lease).await.unwrap());
+    assert!(
+        !locks::take(&mut b_conn, "report", &b, lease).await.unwrap(),
+        "names are case-insensitive"
+    );
+    assert!(locks::renew(&mut a_conn, name, 1).await.unwrap());
+    assert!(
+        locks::renew(&mut a_conn, name, 1).await.unwrap(),
+        "a renewal always changes the row"
+    );
+    assert!(!locks::renew(&mut b_conn, name, 2).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(locks::renew(&mut a_conn, name, 1).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !locks::take(&mut b_conn, name, &b, lease).await.unwrap(),
+        "renewed 1.5 s ago"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        locks::take(&mut b_conn, name, &b, lease).await.unwrap(),
+        "run out"
+    );
+    assert!(
+        !locks::renew(&mut a_conn, name, 1).await.unwrap(),
+        "taken over"
+    );
+    locks::release(&mut a_conn, name, 1).await.unwrap();
+    let holder: Option<(u64, String, bool)> = a_conn
+        .query_first("SELECT holder, held_by, owner_conn = CONNECTION_ID() FROM myjob_locks")
+        .await
+        .unwrap();
+    assert_eq!(holder, Some((2, "b:2".to_owned(), false)));
+    locks::release(&mut b_conn, name, 2).await.unwrap();
+    let left: Option<u64> = a_conn
+        .query_first("SELECT COUNT(*) FROM myjob_locks")
+        .await
+        .unwrap();
+    assert_eq!(left, Some(0));
 }

@@ -25,7 +25,7 @@ fn readme_grants(db: &str, user: &str) -> Vec<String> {
                 .replace("'myjob'@'10.0.0.%'", &format!("'{user}'@'%'"))
         })
         .collect();
-    assert_eq!(grants.len(), 5, "the README's GRANTs changed: {grants:?}");
+    assert_eq!(grants.len(), 6, "the README's GRANTs changed: {grants:?}");
     grants
 }
 

@@ -97,9 +97,10 @@ enum Command {
     /// Delete finished jobs, a thousand rows at a time with a pause after each so that workers
     /// and producers are not held up; with no --*-older-than, by the config's [retention].
     Purge(purge::PurgeArgs),
-    /// Run COMMAND while holding the server's named lock NAME, so that one such command runs at
-    /// a time across all hosts; exits with COMMAND's status, or 75 when the lock was not
-    /// acquired within --wait, or was lost (the command is then stopped).
+    /// Run COMMAND while holding the server's named lock NAME (on a Galera cluster, a lease row
+    /// in myjob_locks), so that one such command runs at a time across all hosts; exits with
+    /// COMMAND's status, or 75 when the lock was not acquired within --wait, or was lost (the
+    /// command is then stopped).
     Lock(lock::LockArgs),
 }
 

@@ -31,6 +31,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "operations",
         include_str!("../../migrations/0004_operations.sql"),
     ),
+    (5, "locks", include_str!("../../migrations/0005_locks.sql")),
 ];
 
 /// The schema version this binary needs.

@@ -1,19 +1,19 @@
-//! `myjob lock NAME -- COMMAND`: runs a command while holding the server's named lock, so that
-//! one such command runs at a time across every host that uses the same server.
+//! `myjob lock NAME -- COMMAND`: runs a command while holding a lock, so that one such command
+//! runs at a time across every host that uses the same server or cluster.
 //!
-//! The lock is `GET_LOCK(NAME)` on a connection of its own, which the server frees when the
-//! connection ends, however it ends. So the command must never outlive the connection:
-//! - the connection is asked once a second whether it still holds the lock; lost (a network
-//!   failure, a `KILL CONNECTION`, a server restart), the command is stopped and myjob exits 75;
+//! The lock is the server's named lock (`GET_LOCK`), or on a Galera cluster a lease row (see
+//! [`held`]). The command must never outlive it:
+//! - the lock is checked (a lease renewed) once a second; lost (a network failure, a `KILL
+//!   CONNECTION`, a server restart, a lease not renewed in time), the command is stopped and
+//!   myjob exits 75;
 //! - `--timeout` stops the command the same way: a lease that cannot expire under a holder
 //!   that is still running;
 //! - if myjob itself dies, the command gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`), as
-//!   the server frees the lock.
+//!   the server frees the lock (or the lease runs out).
 //!
 //! "Stopped" is SIGTERM to the command's process group, then SIGKILL `--kill-grace` later.
-//!
-//! A Galera node is refused: its named locks are not replicated, so two holders on two nodes
-//! would both get the lock.
+
+mod held;
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt as _;
@@ -24,26 +24,26 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Args;
 use futures_util::StreamExt as _;
-use mysql_async::prelude::*;
 use mysql_async::Conn;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tokio::process::{Child, Command};
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, Instant};
 use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::db;
 use crate::error::{Error, ExitCode, OrExit};
+use crate::store::schema;
+
+use held::Held;
 
 /// The longest lock name, in characters: MySQL's limit, applied on every server so that a
 /// name works wherever myjob runs.
 const MAX_NAME: usize = 64;
-/// How often the connection is asked whether it still holds the lock.
+/// How often the lock is checked (a lease renewed).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
-/// How long that question may take before the connection counts as lost.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug)]
 pub struct LockArgs {
@@ -93,38 +93,42 @@ pub async fn run(config: &Path, args: LockArgs) -> Result<u8, Error> {
         .await
         .map_err(|e| Error::new(e.exit_code(), e))?;
     let name = &args.name;
-    // A Galera node keeps its named locks to itself: a holder on another node would get the
-    // same lock, so the exclusion myjob lock promises cannot be had there.
     let server = db::ServerId::of(&mut conn)
         .await
         .or_exit(ExitCode::Unavailable)?;
-    if server.galera.is_some() {
-        let _ = conn.disconnect().await;
-        return Err(Error::new(
-            ExitCode::Unavailable,
-            anyhow!("lock {name}: {} is a Galera node, whose named locks hold on that node only; myjob lock cannot exclude commands run through the other nodes", settings.database.display),
-        ));
+    let galera = server.galera.is_some();
+    if galera {
+        // The lease table comes with the schema; a named lock needs no table at all.
+        schema::check(&mut conn)
+            .await
+            .or_exit(ExitCode::Unavailable)?
+            .map_err(|e| {
+                anyhow!(
+                    "lock {name}: on a Galera cluster the lock is a row of myjob_locks, and {e}"
+                )
+            })
+            .or_exit(ExitCode::Config)?;
     }
-    let got: Option<Option<i64>> = conn
-        .exec_first("SELECT GET_LOCK(?, ?)", (name, args.wait.as_secs_f64()))
+    let held = Held::take(&mut conn, name, galera, args.wait, args.kill_grace)
         .await
-        .map_err(|e| anyhow!("lock {name}: cannot take it: {}", db::describe(&e)))
+        .map_err(|e| anyhow!("lock {name}: {e}"))
         .or_exit(ExitCode::Unavailable)?;
-    if got.flatten() != Some(1) {
+    let Some(mut held) = held else {
         let _ = conn.disconnect().await;
         return Err(Error::new(
             ExitCode::TempFail,
             anyhow!(
-                "lock {name}: held by another connection; not acquired within {}, so the command did not run",
+                "lock {name}: held by another {}; not acquired within {}, so the command did not run",
+                if galera { "holder" } else { "connection" },
                 humantime::format_duration(args.wait)
             ),
         ));
-    }
+    };
     info!(lock = %name, connection = conn.id(), "lock acquired");
     let mut child = match spawn(&args.command) {
         Ok(child) => child,
         Err(e) => {
-            release(conn, name).await;
+            held.release(conn, name).await;
             return Err(Error::new(
                 ExitCode::Unavailable,
                 anyhow!("{}: cannot start: {e}", args.command[0].to_string_lossy()),
@@ -132,15 +136,15 @@ pub async fn run(config: &Path, args: LockArgs) -> Result<u8, Error> {
         }
     };
     let group = child.id().map(|pid| Pid::from_raw(pid as i32));
-    let end = watch(&mut child, group, &mut conn, &args).await;
+    let end = watch(&mut child, group, &mut conn, &mut held, &args).await;
     let code = match end {
         End::Exited(status) => {
-            release(conn, name).await;
+            held.release(conn, name).await;
             return Ok(exit_code(status));
         }
         End::Lost(why) => {
             warn!(lock = %name, "lock lost ({why}): stopping the command");
-            format!("the connection that held it was lost ({why}), so the command was stopped")
+            format!("{why}, so the command was stopped")
         }
         End::TimedOut => {
             warn!(lock = %name, "--timeout passed: stopping the command");
@@ -152,7 +156,7 @@ pub async fn run(config: &Path, args: LockArgs) -> Result<u8, Error> {
         }
     };
     stop(&mut child, group, args.kill_grace).await;
-    release(conn, name).await;
+    held.release(conn, name).await;
     Err(Error::new(
         ExitCode::TempFail,
         anyhow!("lock {name}: {code}"),
@@ -182,10 +186,16 @@ fn spawn(command: &[OsString]) -> std::io::Result<Child> {
     cmd.spawn()
 }
 
-/// Waits for the command while checking that the lock is still held, for `--timeout`, and
-/// passing SIGTERM, SIGINT and SIGHUP on to the command's group. One exit: the command's end,
-/// or the reason to stop it.
-async fn watch(child: &mut Child, group: Option<Pid>, conn: &mut Conn, args: &LockArgs) -> End {
+/// Waits for the command while checking that the lock is still held (renewing a lease), for
+/// `--timeout`, and passing SIGTERM, SIGINT and SIGHUP on to the command's group. One exit:
+/// the command's end, or the reason to stop it.
+async fn watch(
+    child: &mut Child,
+    group: Option<Pid>,
+    conn: &mut Conn,
+    held: &mut Held,
+    args: &LockArgs,
+) -> End {
     let deadline = args.timeout.map(|t| Instant::now() + t);
     let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP]).ok();
     let mut next_check = Instant::now() + CHECK_EVERY;
@@ -196,6 +206,8 @@ async fn watch(child: &mut Child, group: Option<Pid>, conn: &mut Conn, args: &Lo
                 None => std::future::pending().await,
             }
         };
+        // A lease not confirmed in time is lost, whatever a check in flight would say.
+        let stop_by = held.stop_by();
         tokio::select! {
             status = child.wait() => {
                 return match status {
@@ -211,25 +223,16 @@ async fn watch(child: &mut Child, group: Option<Pid>, conn: &mut Conn, args: &Lo
             _ = tokio::time::sleep_until(deadline.unwrap_or(next_check)), if deadline.is_some() => {
                 return End::TimedOut;
             }
+            _ = tokio::time::sleep_until(stop_by.unwrap_or(next_check)), if stop_by.is_some() => {
+                return End::Lost("its lease was not renewed in time".into());
+            }
             _ = tokio::time::sleep_until(next_check) => {
                 next_check = Instant::now() + CHECK_EVERY;
-                if let Err(why) = still_held(conn, &args.name).await {
+                if let Err(why) = held.check(conn, &args.name).await {
                     return End::Lost(why);
                 }
             }
         }
-    }
-}
-
-/// Whether this connection still holds `name`; the error says why not.
-async fn still_held(conn: &mut Conn, name: &str) -> Result<(), String> {
-    let asked =
-        conn.exec_first::<Option<u64>, _, _>("SELECT IS_USED_LOCK(?) = CONNECTION_ID()", (name,));
-    match timeout(CHECK_TIMEOUT, asked).await {
-        Ok(Ok(Some(Some(1)))) => Ok(()),
-        Ok(Ok(_)) => Err("the server no longer holds it for this connection".into()),
-        Ok(Err(e)) => Err(db::describe(&e)),
-        Err(_) => Err(format!("no answer within {}s", CHECK_TIMEOUT.as_secs())),
     }
 }
 
@@ -246,12 +249,6 @@ async fn stop(child: &mut Child, group: Option<Pid>, grace: Duration) {
     }
     let _ = killpg(pgid, Signal::SIGKILL);
     let _ = child.wait().await;
-}
-
-/// Releases the lock and closes the connection; closing alone would free it too.
-async fn release(mut conn: Conn, name: &str) {
-    let _ = conn.exec_drop("DO RELEASE_LOCK(?)", (name,)).await;
-    let _ = conn.disconnect().await;
 }
 
 fn exit_code(status: ExitStatus) -> u8 {
