@@ -32,6 +32,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../../migrations/0004_operations.sql"),
     ),
     (5, "locks", include_str!("../../migrations/0005_locks.sql")),
+    (
+        6,
+        "due_index_covers_queue",
+        include_str!("../../migrations/0006_due_index_covers_queue.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

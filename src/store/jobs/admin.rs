@@ -41,12 +41,19 @@ pub struct QueueStats {
     pub paused: bool,
 }
 
-/// Counts by queue and status, with the wait of each queue's oldest due job. Two reads: every
-/// job counted from the claim index `(status, queue, …)` alone, grouped in its order (no row
-/// is read); then the due index `(status, run_at)` for the live jobs that are due, whose
-/// rows give their queue. The second is as large as the backlog, the first as the table.
+/// Counts by queue and status, with the wait of each queue's oldest due job, from indexes
+/// alone (no row is read), in three steps:
+/// - every job counted from the claim index `(status, queue, …)`, grouped in its order: as
+///   large as the table, read once;
+/// - the stager's two small ranges of the due index `(status, run_at, id, queue)`, pending jobs
+///   not due yet and scheduled ones due already, which correct the first counts: due is
+///   pending, give or take those;
+/// - for each queue with due jobs, the first due entry of that queue in the due index, in
+///   run_at order: as far in as the other queues' older due jobs go.
 pub async fn stats(conn: &mut Conn) -> anyhow::Result<BTreeMap<String, QueueStats>> {
     let mut by_queue: BTreeMap<String, QueueStats> = BTreeMap::new();
+    // Each name as the table holds it, which a name that is not UTF-8 would not survive.
+    let mut raw: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let counts: Vec<(Vec<u8>, String, u64)> = conn
         .query(
             "SELECT queue, status, COUNT(*) FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
@@ -56,9 +63,10 @@ pub async fn stats(conn: &mut Conn) -> anyhow::Result<BTreeMap<String, QueueStat
         .context("counting jobs")?;
     for (queue, status, n) in counts {
         let q = entry(&mut by_queue, &queue);
+        raw.insert(q.queue.clone(), queue);
         match status.as_str() {
-            // Sorted out by the due jobs below.
-            "pending" | "scheduled" => q.scheduled += n,
+            "pending" => q.pending = n,
+            "scheduled" => q.scheduled = n,
             "claimed" => q.claimed = n,
             "done" => q.done = n,
             "failed" => q.failed = n,
@@ -66,19 +74,44 @@ pub async fn stats(conn: &mut Conn) -> anyhow::Result<BTreeMap<String, QueueStat
             _ => {}
         }
     }
-    let due: Vec<(Vec<u8>, u64, Option<i64>)> = conn
+    let unstaged: Vec<(Vec<u8>, String, u64)> = conn
         .query(
-            "SELECT queue, COUNT(*), TIMESTAMPDIFF(SECOND, MIN(run_at), NOW(6)) \
-             FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
-             WHERE status IN ('pending', 'scheduled') AND run_at <= NOW(6) GROUP BY queue",
+            "SELECT queue, status, COUNT(*) FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
+             WHERE (status = 'scheduled' AND run_at <= NOW(6)) \
+                OR (status = 'pending' AND run_at > NOW(6)) \
+             GROUP BY queue, status",
         )
         .await
-        .context("counting due jobs")?;
-    for (queue, n, age) in due {
+        .context("counting jobs the stager has not moved yet")?;
+    for (queue, status, n) in unstaged {
         let q = entry(&mut by_queue, &queue);
-        q.pending = n;
-        q.scheduled = q.scheduled.saturating_sub(n);
-        q.oldest_pending_age_s = age.unwrap_or(0).max(0) as u64;
+        raw.insert(q.queue.clone(), queue);
+        if status == "scheduled" {
+            q.scheduled = q.scheduled.saturating_sub(n);
+            q.pending += n;
+        } else {
+            q.pending = q.pending.saturating_sub(n);
+            q.scheduled += n;
+        }
+    }
+    for q in by_queue.values_mut().filter(|q| q.pending > 0) {
+        let name = raw.get(&q.queue).cloned().unwrap_or_default();
+        let age: Option<Option<i64>> = conn
+            .exec_first(
+                "SELECT TIMESTAMPDIFF(SECOND, MIN(run_at), NOW(6)) FROM ( \
+                   (SELECT run_at FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
+                    WHERE status = 'pending' AND run_at <= NOW(6) AND queue = ? \
+                    ORDER BY run_at LIMIT 1) \
+                   UNION ALL \
+                   (SELECT run_at FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
+                    WHERE status = 'scheduled' AND run_at <= NOW(6) AND queue = ? \
+                    ORDER BY run_at LIMIT 1) \
+                 ) AS oldest",
+                (&name, &name),
+            )
+            .await
+            .with_context(|| format!("finding the oldest due job of queue {}", q.queue))?;
+        q.oldest_pending_age_s = age.flatten().unwrap_or(0).max(0) as u64;
     }
     Ok(by_queue)
 }

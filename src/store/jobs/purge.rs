@@ -2,9 +2,9 @@
 //! retention pass repeat (see `crate::purge` for the pacing).
 //!
 //! There is no index on `finished_at`, which would cost every outcome write an entry. The due
-//! index `(status, run_at)` serves instead: a finished job ran after it was due, so its
-//! `run_at` is never later than its `finished_at` (a cancel sets `run_at` to at most its own
-//! time), and every job old enough to go lies in the range `run_at < cutoff`. The few rows in
+//! index `(status, run_at, id, queue)` serves instead: a finished job ran after it was due, so
+//! its `run_at` is never later than its `finished_at` (a cancel sets `run_at` to at most its
+//! own time), and every job old enough to go lies in the range `run_at < cutoff`. The few rows in
 //! that range that finished after the cutoff (they waited long to run) are read and kept.
 
 use std::time::Duration;
@@ -35,9 +35,9 @@ pub struct Batch {
 /// Deletes the jobs in the final state `status` (done, failed or cancelled) that finished
 /// more than `age` ago, of `queue` only if given, among the next [`PURGE_BATCH`] rows of
 /// the range from `after` on. Two statements, neither of which waits for a worker: a read
-/// of the due index `(status, run_at)` (a range no worker writes in), then a DELETE of the
-/// chosen rows by primary key, fenced by the same conditions in case a job was retried in
-/// between.
+/// of the due index `(status, run_at, id, queue)` (a range no worker writes in), then a
+/// DELETE of the chosen rows by primary key, fenced by the same conditions in case a job was
+/// retried in between.
 pub async fn purge_batch(
     conn: &mut Conn,
     status: &str,
@@ -55,12 +55,13 @@ pub async fn purge_batch(
         None => "",
     };
     params.extend([status.into(), micros.into()]);
-    // `run_at >= ?` is the range; the rest of the keyset test is a filter on the few rows
-    // of that one run_at.
+    // Two ranges of the index `(status, run_at, id, …)`: the rest of the cursor's run_at,
+    // then the later ones. Rows that share one run_at (a producer's multi-row INSERT) are
+    // never read twice.
     let from = match after {
         Some(Cursor(run_at, id)) => {
             params.extend([run_at.clone(), run_at.clone(), (*id).into()]);
-            "AND run_at >= ? AND (run_at > ? OR id > ?)"
+            "AND (run_at > ? OR (run_at = ? AND id > ?))"
         }
         None => "",
     };
