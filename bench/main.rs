@@ -566,8 +566,8 @@ impl Bench {
             .unwrap();
         assert_eq!(old, 0, "the purge deleted every old row");
 
-        before.0.append(&mut after.0.clone());
-        before.1.append(&mut after.1.clone());
+        before.0.extend(after.0);
+        before.1.extend(after.1);
         let p99 = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
             percentile(&v, 0.99)
@@ -594,12 +594,11 @@ impl Bench {
     /// `purge` exits when given (it must exit 0).
     async fn timed_load(
         &self,
-        purge: Option<Child>,
+        mut purge: Option<Child>,
         secs: Duration,
         produced: &mut u64,
         batch: &mut u64,
     ) -> (Vec<f64>, Vec<f64>) {
-        let mut purge = purge;
         let mut probe = self.conn().await;
         let mut producer = self.conn().await;
         let who = myjob::store::jobs::Claimer {
