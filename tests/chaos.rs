@@ -767,10 +767,16 @@ async fn restart_server() -> (f64, f64) {
         "tests/db-server.sh could not stop {name}"
     );
     tokio::time::sleep(DB_DOWN_FOR).await;
-    let up = run(&["up", &name]).status().await.unwrap();
+    // Its stderr says why, should it fail (the tail of the server's log).
+    let up = run(&["up", &name])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await
+        .unwrap();
     assert!(
-        up.success(),
-        "tests/db-server.sh could not start {name} again"
+        up.status.success(),
+        "tests/db-server.sh could not start {name} again: {}",
+        String::from_utf8_lossy(&up.stderr)
     );
     (from, now())
 }

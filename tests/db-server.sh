@@ -9,6 +9,7 @@
 #
 #   tests/db-server.sh up NAME        start it (first time: debootstrap, ~1 min and ~1 GB each)
 #   tests/db-server.sh down NAME      stop it (its data is kept); reset NAME also removes the data
+#   tests/db-server.sh remove NAME    stop it and delete its root filesystem (galera and mariadb11 share one)
 #   tests/db-server.sh stop NAME [N]  SIGTERM by its pid file (galera: node N), wait for the exit
 #   tests/db-server.sh kill NAME [N]  SIGKILL by its pid file, wait for the exit
 #   tests/db-server.sh url NAME [N]   the test account's url: mysql://myjob_test:myjob_test@127.0.0.1:PORT
@@ -21,7 +22,13 @@
 # Needs root. DBS_DIR (default /var/tmp/myjob-db-servers) holds the root filesystems and logs.
 set -euo pipefail
 DBS_DIR=${DBS_DIR:-/var/tmp/myjob-db-servers}
-MIRROR=${DBS_MIRROR:-http://deb.debian.org/debian}
+# The Debian archive apt already uses on this machine, unless DBS_MIRROR names another.
+apt_mirror() {
+  { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}'
+    cat /etc/apt/sources.list 2>/dev/null | awk '$1 == "deb" {print ($2 ~ /^\[/ ? $3 : $2)}'; } \
+    | grep -v -- '-security' | head -1 || true
+}
+MIRROR=${DBS_MIRROR:-$(apt_mirror)}
 
 say() { echo "db-server: $*" >&2; }
 
@@ -114,7 +121,7 @@ chroot_up() {
       mkdir -p "$DBS_DIR/$1"
       say "$1: debootstrap $suite with $pkg into $root (log: $DBS_DIR/$1/debootstrap.log)"
       debootstrap --variant=minbase --include="$pkg" "$suite" "$root" "$MIRROR" >"$DBS_DIR/$1/debootstrap.log" 2>&1 \
-        || { tail -5 "$DBS_DIR/$1/debootstrap.log"; exit 1; }
+        || { tail -5 "$DBS_DIR/$1/debootstrap.log" >&2; exit 1; }
     fi
     mountpoint -q "$root/proc" || mount --bind /proc "$root/proc"
     mkdir -p "$root/run/mysqld" "$root$data"
@@ -124,7 +131,7 @@ chroot_up() {
         mysql) chroot "$root" mysqld --initialize-insecure --user=mysql --datadir="$data" >"$DBS_DIR/$1/init.log" 2>&1 ;;
         mariadb11) chroot "$root" mariadb-install-db --force --user=mysql --datadir="$data" \
                      --auth-root-authentication-method=normal >"$DBS_DIR/$1/init.log" 2>&1 ;;
-      esac || { tail -5 "$DBS_DIR/$1/init.log"; exit 1; }
+      esac || { tail -5 "$DBS_DIR/$1/init.log" >&2; exit 1; }
     fi
     local extra=()
     case "$1" in
@@ -141,7 +148,7 @@ chroot_up() {
       --bind-address=127.0.0.1 --socket=/run/mysqld/test.sock --pid-file=/run/mysqld/test.pid \
       "${extra[@]}" >>"$DBS_DIR/$1/server.log" 2>&1 < /dev/null &
     for _ in $(seq 1 120); do answers "$port" && break; sleep 0.5; done
-    answers "$port" || { tail -5 "$DBS_DIR/$1/server.log"; say "$1: did not answer on 127.0.0.1:$port"; exit 1; }
+    answers "$port" || { tail -5 "$DBS_DIR/$1/server.log" >&2; say "$1: did not answer on 127.0.0.1:$port"; exit 1; }
     [ "$1" = mariadb11 ] && drop_anonymous "$port"
   fi
   test_account "$port"
@@ -153,14 +160,26 @@ chroot_up() {
 # /var/lib/galera-N, pid file /run/mysqld/galera-N.pid inside the root filesystem.
 galera_pidfile() { echo "$(root_of mariadb11)/run/mysqld/galera-$1.pid"; }
 galera_node_up() { # N [--wsrep-new-cluster]
-  local root; root=$(root_of mariadb11)
+  local root start=() pos; root=$(root_of mariadb11)
+  # A node that was killed left no position in grastate.dat; without one it asks for a whole
+  # copy of the data (SST), which holds a donor's writes while it runs. Its position is in
+  # InnoDB: recovered as the distribution's galera_recovery does, the node catches up from
+  # the others' write-set cache instead (IST).
+  if [ -z "${2:-}" ] && grep -q '^seqno: *-1' "$root/var/lib/galera-$1/grastate.dat" 2>/dev/null; then
+    chroot "$root" mariadbd --defaults-file=/etc/mysql/galera-$1.cnf --user=mysql --wsrep-recover \
+      --log-error=/tmp/wsrep-recover-$1.log < /dev/null >/dev/null 2>&1 || true
+    pos=$(sed -n 's/.*WSREP: Recovered position: *\([0-9a-f-]*:[0-9-]*\).*/\1/p' \
+      "$root/tmp/wsrep-recover-$1.log" 2>/dev/null | tail -1)
+    [ -n "$pos" ] && start=(--wsrep-start-position="$pos")
+    cat "$root/tmp/wsrep-recover-$1.log" >>"$DBS_DIR/galera/node$1.log" 2>/dev/null || true
+  fi
   setsid chroot "$root" mariadbd --defaults-file=/etc/mysql/galera-$1.cnf --user=mysql ${2:-} \
-    >>"$DBS_DIR/galera/node$1.log" 2>&1 < /dev/null &
-  for _ in $(seq 1 240); do
+    "${start[@]}" >>"$DBS_DIR/galera/node$1.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 480); do
     [ "$(sql 331$1 -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2)" = Synced ] && return 0
     sleep 0.5
   done
-  tail -5 "$DBS_DIR/galera/node$1.log"; say "galera: node $1 did not reach Synced"; exit 1
+  tail -20 "$DBS_DIR/galera/node$1.log" >&2; say "galera: node $1 did not reach Synced in 240 s"; exit 1
 }
 galera_up() {
   local root n up=0
@@ -169,7 +188,7 @@ galera_up() {
   if [ ! -e "$root/usr/lib/galera/libgalera_smm.so" ] || [ ! -x "$root/usr/bin/rsync" ]; then
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
     chroot "$root" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq galera-4 rsync' \
-      >"$DBS_DIR/galera-install.log" 2>&1 || { tail -5 "$DBS_DIR/galera-install.log"; exit 1; }
+      >"$DBS_DIR/galera-install.log" 2>&1 || { tail -5 "$DBS_DIR/galera-install.log" >&2; exit 1; }
   fi
   mountpoint -q "$root/proc" || mount --bind /proc "$root/proc"
   mkdir -p "$DBS_DIR/galera" "$root/run/mysqld"; chroot "$root" chown mysql:mysql /run/mysqld
@@ -200,7 +219,7 @@ CNF
   if [ $up = 0 ]; then
     if [ -z "$(ls -A "$root/var/lib/galera-1")" ]; then
       chroot "$root" mariadb-install-db --defaults-file=/etc/mysql/galera-1.cnf --force --user=mysql \
-        --auth-root-authentication-method=normal >"$DBS_DIR/galera/init.log" 2>&1 || { tail -5 "$DBS_DIR/galera/init.log"; exit 1; }
+        --auth-root-authentication-method=normal >"$DBS_DIR/galera/init.log" 2>&1 || { tail -5 "$DBS_DIR/galera/init.log" >&2; exit 1; }
     fi
     # The whole cluster is down: node 1 starts a new one from its own data, whatever its last state.
     if [ -f "$root/var/lib/galera-1/grastate.dat" ]; then
@@ -261,6 +280,19 @@ case "${1:-}" in
       galera) rm -rf "$(root_of mariadb11)"/var/lib/galera-[123]; say "galera: data removed" ;;
       *) rm -rf "$(root_of "$2")/var/lib/mysql-test"; say "$2: data removed" ;;
     esac ;;
+  remove)
+    # Back to a new machine's state: the servers of that root filesystem stopped, its /proc
+    # unmounted (rm -rf must never walk into a mount), the whole root filesystem deleted.
+    case "${2:?name}" in
+      mariadb10) say "mariadb10 is the machine's own server: nothing to remove"; exit 0 ;;
+      mysql) "$0" down mysql ;;
+      mariadb11 | galera) "$0" down galera; "$0" down mariadb11; set -- remove mariadb11 ;;
+    esac
+    root=$(root_of "$2")
+    if mountpoint -q "$root/proc"; then umount "$root/proc"; fi
+    if grep -q " ${DBS_DIR}/$2/" /proc/mounts; then say "$2: something is still mounted under its root"; exit 1; fi
+    rm -rf "${DBS_DIR:?}/$2"
+    say "$2: root filesystem removed" ;;
   stop) signal_server TERM "${2:?name}" ${3:+"$3"} ;;
   kill) signal_server KILL "${2:?name}" ${3:+"$3"} ;;
   url) echo "mysql://myjob_test:myjob_test@127.0.0.1:$(port_of "${2:?name}" ${3:+"$3"})" ;;
