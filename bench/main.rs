@@ -936,7 +936,12 @@ impl Bench {
                             .unwrap();
                         }
                     }
-                    while myjob::store::jobs::stage(&mut conn).await.unwrap() > 0 {}
+                    while myjob::store::jobs::stage(&mut conn, Duration::ZERO)
+                        .await
+                        .unwrap()
+                        .moved
+                        > 0
+                    {}
                 }
                 self.insert(&mut conn, n).await;
                 conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();

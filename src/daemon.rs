@@ -24,9 +24,12 @@ use crate::db;
 use crate::error::{Error, ExitCode, OrExit};
 use crate::notify;
 use crate::reaper::Reaper;
+use crate::stager::Stager;
 use crate::stats::Stats;
 use crate::store::schema;
 use crate::tasks::Tasks;
+use crate::worker::guard::Guard;
+use crate::worker::name::WorkerName;
 use crate::worker::Consumer;
 
 /// What `myjob run` was asked to do.
@@ -67,7 +70,12 @@ pub async fn run(
         let Some(mut conn) = connected.map_err(|e| Error::new(e.exit_code(), e))? else {
             return Ok(());
         };
-        match schema::check(&mut conn).await {
+        // A `myjob migrate` through another node of a Galera cluster a moment ago counts.
+        let checked = match db::causal(&mut conn, db::Causal::Reads).await {
+            Ok(()) => schema::check(&mut conn).await,
+            Err(e) => Err(e),
+        };
+        match checked {
             Ok(fits) => {
                 fits.or_exit(ExitCode::Config)?;
                 let _ = conn.disconnect().await;
@@ -83,22 +91,35 @@ pub async fn run(
         }
     }
 
+    // Before the first handler: if this process dies without stopping its handlers, the
+    // guard kills them. Without it the worker still runs, as it did before there was one.
+    let guard = match Guard::start() {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            warn!("cannot start the guard process, so handlers would outlive a kill -9 of this worker: {e}");
+            None
+        }
+    };
+
     let database = settings.database.clone();
     let (settings_tx, settings_rx) = watch::channel(Arc::new(settings));
     let stats = Arc::new(Stats::default());
     let (connected_tx, connected) = tokio::sync::oneshot::channel();
+    let name = WorkerName::this_process(&opts.instance);
     let consumer = Consumer::new(
         database.clone(),
         settings_rx.clone(),
-        &opts.instance,
+        &name,
         stats.clone(),
         connected_tx,
     );
-    let reaper = Reaper::new(database, settings_rx);
+    let stager = Stager::new(database.clone(), settings_rx.clone());
+    let reaper = Reaper::new(database, settings_rx, name);
 
     let mut tasks = Tasks::default();
     tasks.spawn("consumer", consumer.run(shutdown.clone()));
     tasks.spawn("reaper", reaper.run(shutdown.clone()));
+    tasks.spawn("stager", stager.run(shutdown.clone()));
     let status_stop = CancellationToken::new();
     let status = tokio::spawn(status_loop(stats.clone(), status_stop.clone()));
     // READY=1 once the consumer holds its own connection and knows the server's identity:
@@ -138,6 +159,9 @@ pub async fn run(
     let joined = tasks.join().await;
     status_stop.cancel();
     let _ = status.await;
+    if let Some(guard) = guard {
+        guard.stop().await;
+    }
     if let Some(ended) = died.or(joined.err()) {
         return Err(Error::new(ExitCode::Software, anyhow::anyhow!("{ended}")));
     }

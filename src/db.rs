@@ -132,6 +132,81 @@ pub async fn connect(db: &DatabaseSettings) -> Result<Conn, ConnectError> {
     Ok(conn)
 }
 
+/// Which statements of a session wait for the cluster on a Galera node: see [`causal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Causal {
+    /// Reads (SELECT, SHOW): the schema check and the operator commands.
+    Reads,
+    /// Reads and writes: `myjob lock`'s lease, which judges a row by its time.
+    Everything,
+}
+
+/// On a Galera node, makes the session's statements wait until the node has applied every
+/// write the cluster committed before them (`wsrep_sync_wait`). A node applies other nodes'
+/// commits a moment after they commit; without the wait, a read through it may not see a
+/// `myjob migrate` or an enqueue just committed through another node. It costs a round trip
+/// of the cluster per statement, so the claim's hot path never asks for it. Elsewhere it does
+/// nothing: MySQL has no `wsrep_on`, and a MariaDB outside a cluster says OFF.
+pub async fn causal(conn: &mut Conn, what: Causal) -> anyhow::Result<()> {
+    let wsrep: Option<(String, String)> = conn
+        .query_first("SHOW VARIABLES LIKE 'wsrep_on'")
+        .await
+        .context("asking whether the server is a Galera node")?;
+    if !wsrep.is_some_and(|(_, on)| on.eq_ignore_ascii_case("ON")) {
+        return Ok(());
+    }
+    // Bits: 1 reads, 2 UPDATE and DELETE, 4 INSERT and REPLACE.
+    let mask = match what {
+        Causal::Reads => 1,
+        Causal::Everything => 7,
+    };
+    conn.query_drop(format!("SET SESSION wsrep_sync_wait = {mask}"))
+        .await
+        .context("asking the Galera node for causal reads")
+}
+
+/// What [`try_lock`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamedLock {
+    /// Taken by this connection: held until it is released or the connection ends.
+    Held,
+    /// Another connection holds it.
+    Busy,
+    /// The server refuses lock functions: some MariaDB Galera releases do with wsrep on
+    /// (MDEV-30473). The caller then acts without it, its writes fenced by what they change.
+    Unsupported,
+}
+
+/// Tries to take the named lock `prefix.<database>` without waiting. Named after the
+/// database, so that separate myjob databases on one server each get their own.
+pub async fn try_lock(conn: &mut Conn, prefix: &str) -> anyhow::Result<NamedLock> {
+    const ER_NOT_SUPPORTED_YET: u16 = 1235;
+    let got: Result<Option<(Option<i64>,)>, _> = conn
+        .exec_first(
+            "SELECT GET_LOCK(LEFT(CONCAT(?, '.', DATABASE()), 64), 0)",
+            (prefix,),
+        )
+        .await;
+    match got {
+        Ok(Some((Some(1),))) => Ok(NamedLock::Held),
+        Ok(_) => Ok(NamedLock::Busy),
+        Err(mysql_async::Error::Server(e)) if e.code == ER_NOT_SUPPORTED_YET => {
+            Ok(NamedLock::Unsupported)
+        }
+        Err(e) => Err(e).with_context(|| format!("taking the lock {prefix}")),
+    }
+}
+
+/// Releases what [`try_lock`] took.
+pub async fn release_lock(conn: &mut Conn, prefix: &str) -> anyhow::Result<()> {
+    conn.exec_drop(
+        "DO RELEASE_LOCK(LEFT(CONCAT(?, '.', DATABASE()), 64))",
+        (prefix,),
+    )
+    .await
+    .with_context(|| format!("releasing the lock {prefix}"))
+}
+
 /// Whether a driver error comes from TLS: the server has none, a certificate does not
 /// verify, or the handshake broke. rustls reports through the I/O error it returns.
 fn is_tls_error(e: &mysql_async::Error) -> bool {

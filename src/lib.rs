@@ -4,6 +4,7 @@
 //! - [`worker`]: the consumer and its parts, and how a handler runs;
 //! - [`reaper`]: puts back the claims of dead workers, and deletes finished jobs past their
 //!   retention ([`purge`]);
+//! - [`stager`]: moves scheduled jobs that came due to where claims find them;
 //! - [`store`]: every SQL statement, one file per table;
 //! - [`daemon`]: `myjob run`, which starts both as [`tasks`] and stops them in order.
 
@@ -17,6 +18,7 @@ pub mod logging;
 pub mod notify;
 pub mod purge;
 pub mod reaper;
+pub mod stager;
 pub mod stats;
 pub mod store;
 pub mod tasks;

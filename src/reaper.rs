@@ -19,11 +19,17 @@
 //! failover, gets that long to reconnect and re-own its claims, rather than see its running
 //! jobs handed to another worker and run twice.
 //!
+//! A restart is the exception: when an instance starts, its reaper puts back at once the
+//! claims of the previous run of the same instance on the same machine (see [`WorkerName`])
+//! whose connection is gone. That run is over, so nothing will re-own them, and under
+//! systemd a `kill -9`'d instance's jobs run again seconds later instead of after
+//! `stale_after`. The guard killed that run's handlers as it died (see `worker::guard`).
+//!
 //! The reaper that holds the lock then deletes finished jobs past their `[retention]`, in the
 //! gentle batches of `myjob purge`, for at most half an interval per pass: so one instance
 //! purges at a time, and a large backlog of old rows is worked off over several passes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,14 +41,25 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{DatabaseSettings, Settings};
-use crate::db::{self, Failure, ServerId};
+use crate::db::{self, Failure, NamedLock, ServerId};
 use crate::error::chain;
 use crate::purge;
 use crate::store::jobs::{self, OldClaim, Rescued};
 use crate::store::servers;
+use crate::worker::name::WorkerName;
 
 /// The most stale claims handled in one pass; the rest wait for the next.
 const MAX_PER_PASS: usize = 1000;
+
+/// At start, how long the reaper keeps looking for claims of the instance's previous run
+/// whose connection the server still lists: a server notices a killed client's connection
+/// within moments, so a connection listed for longer belongs to a live twin.
+const RECOVER_FOR: Duration = Duration::from_secs(10);
+/// At start, a claim of the previous run is put back once two looks this far apart find its
+/// connection gone. A live twin (started by mistake with the same instance name on a host
+/// that looks the same) whose connection dropped reconnects and re-owns its claims within
+/// moments, and the put-back, fenced by the owner the first look saw, then changes nothing.
+const RECOVER_CONFIRM: Duration = Duration::from_secs(2);
 
 /// Servers not heard of for this long are forgotten (they count as gone before that).
 const FORGET_SERVERS_AFTER: Duration = Duration::from_secs(24 * 3600);
@@ -56,6 +73,8 @@ pub struct Reaper {
     refused: bool,
     /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
     suspects: HashSet<Suspect>,
+    /// This instance, whose previous run's claims the first passes put back.
+    me: WorkerName,
 }
 
 type Suspect = (u64, Option<u64>, Option<u64>);
@@ -71,13 +90,18 @@ enum Verdict {
 }
 
 impl Reaper {
-    pub fn new(db: DatabaseSettings, settings: watch::Receiver<Arc<Settings>>) -> Self {
+    pub fn new(
+        db: DatabaseSettings,
+        settings: watch::Receiver<Arc<Settings>>,
+        me: WorkerName,
+    ) -> Self {
         Reaper {
             db,
             settings,
             conn: None,
             refused: false,
             suspects: HashSet::new(),
+            me,
         }
     }
 
@@ -86,6 +110,7 @@ impl Reaper {
     /// tried again at the next pass on the same connection, which keeps the time it has been
     /// connected (see `settled`); anything else starts the next pass on a fresh connection.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        self.recover(&shutdown).await;
         loop {
             let interval = self.settings.borrow().reaper.interval;
             tokio::select! {
@@ -111,20 +136,117 @@ impl Reaper {
         }
     }
 
-    async fn pass(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    /// Connects if there is no connection.
+    async fn connect(&mut self) -> anyhow::Result<()> {
         if self.conn.is_none() {
             let mut conn = db::connect(&self.db).await?;
             let server = ServerId::of(&mut conn).await?;
             self.conn = Some((conn, server, Instant::now()));
         }
+        Ok(())
+    }
+
+    /// Puts back the claims of this instance's previous run whose connection is gone, once a
+    /// second for [`RECOVER_FOR`] while some are still listed as alive.
+    async fn recover(&mut self, shutdown: &CancellationToken) {
+        let until = Instant::now() + RECOVER_FOR;
+        // The claims a look found with their connection gone, and when it first did.
+        let mut gone_since = HashMap::new();
+        loop {
+            let waiting = match self.recover_pass(&mut gone_since).await {
+                Ok(waiting) => waiting,
+                Err(e) => {
+                    warn!(
+                        "reaper: putting back the claims of this instance's previous run: {}",
+                        chain(&*e)
+                    );
+                    self.conn = None;
+                    true
+                }
+            };
+            if !waiting || Instant::now() >= until {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// One look at the previous run's claims: those whose connection two looks
+    /// [`RECOVER_CONFIRM`] apart found gone are put back. Returns whether some remain, alive
+    /// or waiting for their second look. A claim made through another server is left to the
+    /// passes after: its processlist is not ours to read.
+    async fn recover_pass(
+        &mut self,
+        gone_since: &mut HashMap<Suspect, Instant>,
+    ) -> anyhow::Result<bool> {
+        self.connect().await?;
+        let max = self.settings.borrow().reaper.max_rescues;
+        let Some((conn, server, _)) = self.conn.as_mut() else {
+            return Ok(false);
+        };
+        // Without PROCESS every connection looks gone: the passes after say why they refuse.
+        if !has_process_privilege(conn).await? {
+            return Ok(false);
+        }
+        let me = &self.me;
+        let claims: Vec<OldClaim> = jobs::claims_of(conn, &me.host, &me.instance, MAX_PER_PASS)
+            .await?
+            .into_iter()
+            .filter(|c| {
+                c.worker
+                    .as_deref()
+                    .and_then(WorkerName::parse)
+                    .is_some_and(|w| w.came_before(me))
+            })
+            .collect();
+        if claims.is_empty() {
+            return Ok(false);
+        }
+        let live = processlist(conn).await?;
+        let mut waiting = false;
+        for claim in &claims {
+            let Some(owner) = claim.owner_server.as_deref().and_then(ServerId::parse) else {
+                continue;
+            };
+            let gone = if owner.same_life(server) {
+                match claim.owner_conn {
+                    Some(id) if live.contains(&id) => {
+                        waiting = true;
+                        continue;
+                    }
+                    Some(id) => format!("its instance restarted, and its connection {id} is gone"),
+                    None => "its instance restarted".to_owned(),
+                }
+            } else if owner.host_port == server.host_port && owner.started < server.started {
+                format!("its instance restarted, and its server {owner} restarted since")
+            } else {
+                continue;
+            };
+            let suspect = (claim.id, claim.batch_id, claim.owner_conn);
+            let since = *gone_since.entry(suspect).or_insert_with(Instant::now);
+            if since.elapsed() < RECOVER_CONFIRM {
+                waiting = true;
+                continue;
+            }
+            let why = format!("attempt {} abandoned: {gone}", claim.attempts);
+            log_rescue(claim, jobs::rescue(conn, claim, &why, max).await?, &gone);
+        }
+        Ok(waiting)
+    }
+
+    async fn pass(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        self.connect().await?;
         let settings = self.settings.borrow().clone();
         let Some((conn, server, since)) = self.conn.as_mut() else {
             return Ok(());
         };
         // Every reaper, lock or not: the claimers on this server are vouched for.
         servers::stamp(conn, server).await?;
-        let lock = take_lock(conn).await?;
-        if lock == Lock::Busy {
+        let lock = db::try_lock(conn, LOCK).await?;
+        if lock == NamedLock::Busy {
             debug!("reaper: another instance holds the reaper lock");
             return Ok(());
         }
@@ -143,43 +265,15 @@ impl Reaper {
         if result.is_ok() {
             result = retain(conn, &settings, shutdown).await;
         }
-        if lock == Lock::Held {
-            conn.query_drop("DO RELEASE_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64))")
-                .await
-                .context("releasing the reaper lock")?;
+        if lock == NamedLock::Held {
+            db::release_lock(conn, LOCK).await?;
         }
         result
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Lock {
-    Held,
-    /// Another instance's reaper holds it.
-    Busy,
-    /// The server refuses lock functions: some MariaDB Galera releases do with wsrep on
-    /// (MDEV-30473). Every reaper then acts: each reset is fenced by the batch_id and owner it
-    /// judged, so two reapers never put one claim back twice.
-    Unsupported,
-}
-
-/// Takes the reaper lock without waiting. It is named after the database, so that separate
-/// myjob databases on one server each get a reaper.
-async fn take_lock(conn: &mut Conn) -> anyhow::Result<Lock> {
-    const ER_NOT_SUPPORTED_YET: u16 = 1235;
-    let got: Result<Option<(Option<i64>,)>, _> = conn
-        .query_first("SELECT GET_LOCK(LEFT(CONCAT('myjob_reaper.', DATABASE()), 64), 0)")
-        .await;
-    match got {
-        Ok(Some((Some(1),))) => Ok(Lock::Held),
-        Ok(_) => Ok(Lock::Busy),
-        Err(mysql_async::Error::Server(e)) if e.code == ER_NOT_SUPPORTED_YET => {
-            debug!("reaper: the server has no lock functions, so every reaper acts");
-            Ok(Lock::Unsupported)
-        }
-        Err(e) => Err(e).context("taking the reaper lock"),
-    }
-}
+/// The reaper lock: one reaper acts at a time across all instances on the server.
+const LOCK: &str = "myjob_reaper";
 
 async fn reap(
     conn: &mut Conn,
@@ -210,15 +304,7 @@ async fn reap(
     if old.is_empty() {
         return Ok(());
     }
-    // SHOW PROCESSLIST rather than information_schema.PROCESSLIST, which MySQL deprecates
-    // (8.0.35+); the statement stays on both servers, and its first column is the id.
-    let live: HashSet<u64> = conn
-        .query::<mysql_async::Row, _>("SHOW PROCESSLIST")
-        .await
-        .context("reading the processlist")?
-        .into_iter()
-        .filter_map(|row| row.get::<u64, _>(0))
-        .collect();
+    let live = processlist(conn).await?;
     let members = match server.galera {
         Some(_) => servers::galera_members(conn).await,
         None => None,
@@ -253,22 +339,7 @@ async fn reap(
         }
         let why = format!("attempt {} abandoned: {reason}", claim.attempts);
         let max = settings.reaper.max_rescues;
-        match jobs::rescue(conn, claim, &why, max).await? {
-            Rescued::Pending => warn!(
-                job_id = claim.id,
-                attempt = claim.attempts,
-                rescues = claim.rescues + 1,
-                "reaper: stale claim put back: {reason}"
-            ),
-            Rescued::Failed => error!(
-                job_id = claim.id,
-                attempt = claim.attempts,
-                rescues = claim.rescues + 1,
-                "reaper: job failed: its worker died while running it {} times (last: {reason})",
-                claim.rescues + 1
-            ),
-            Rescued::Gone => {}
-        }
+        log_rescue(claim, jobs::rescue(conn, claim, &why, max).await?, &reason);
     }
     if foreign > 0 {
         info!(
@@ -277,6 +348,39 @@ async fn reap(
         );
     }
     Ok(())
+}
+
+/// The ids of the connections the server lists. SHOW PROCESSLIST rather than
+/// information_schema.PROCESSLIST, which MySQL deprecates (8.0.35+); the statement stays on
+/// both servers, and its first column is the id.
+async fn processlist(conn: &mut Conn) -> anyhow::Result<HashSet<u64>> {
+    Ok(conn
+        .query::<mysql_async::Row, _>("SHOW PROCESSLIST")
+        .await
+        .context("reading the processlist")?
+        .into_iter()
+        .filter_map(|row| row.get::<u64, _>(0))
+        .collect())
+}
+
+/// One line per claim put back, or per job failed as a poison pill.
+fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str) {
+    match rescued {
+        Rescued::Pending => warn!(
+            job_id = claim.id,
+            attempt = claim.attempts,
+            rescues = claim.rescues + 1,
+            "reaper: stale claim put back: {reason}"
+        ),
+        Rescued::Failed => error!(
+            job_id = claim.id,
+            attempt = claim.attempts,
+            rescues = claim.rescues + 1,
+            "reaper: job failed: its worker died while running it {} times (last: {reason})",
+            claim.rescues + 1
+        ),
+        Rescued::Gone => {}
+    }
 }
 
 /// Deletes finished jobs past their retention, for at most half an interval.
@@ -402,6 +506,7 @@ mod tests {
             owner_server: owner_server.map(str::to_owned),
             attempts: 1,
             rescues: 0,
+            worker: None,
         }
     }
 

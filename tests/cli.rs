@@ -215,8 +215,9 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
 
     let first = myjob(&["--config", c, "migrate"], b"");
     assert!(first.status.success(), "{}", stderr(&first));
+    let all: Vec<u32> = (1..=myjob::store::schema::latest()).collect();
     assert!(
-        String::from_utf8_lossy(&first.stdout).contains("applied migrations: [1, 2, 3, 4, 5, 6]")
+        String::from_utf8_lossy(&first.stdout).contains(&format!("applied migrations: {all:?}"))
     );
     let second = myjob(&["--config", c, "migrate"], b"");
     assert!(String::from_utf8_lossy(&second.stdout).contains("schema is up to date"));
@@ -225,7 +226,7 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
         .query_first("SELECT COUNT(*) FROM myjob_schema_migrations")
         .await
         .unwrap();
-    assert_eq!(n, Some(6));
+    assert_eq!(n, Some(all.len() as u64));
 
     conn.query_drop(
         "INSERT INTO myjob_schema_migrations (version, name) VALUES (99, 'from the future')",

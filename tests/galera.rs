@@ -256,3 +256,95 @@ async fn lock_leases_exclude_holders_on_every_node() {
     // The cluster whole again, for whatever runs next.
     db_server(&["up", "galera"]);
 }
+
+/// Reads through one node see what was committed through another a moment before: the schema
+/// check of a worker started right after a `myjob migrate` through another node, and an
+/// operator's read of a job just enqueued elsewhere. Node 2 is held behind by FLUSH TABLES
+/// WITH READ LOCK, which pauses its applier, so a read there that does not wait for the
+/// cluster certainly misses both commits: the race, made certain rather than left to luck.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Galera cluster: run through tests/run"]
+async fn reads_see_commits_made_through_another_node() {
+    let db = TestDb::new("galera_causal").await;
+    let config = db.config("", "");
+    let on_node_2 = db.path("node2.toml");
+    edited(
+        &config,
+        &on_node_2,
+        &[(db.url.as_str(), db.node_url(1).as_str())],
+    );
+    let node_2 = || async {
+        mysql_async::Conn::new(mysql_async::Opts::from_url(&db.node_url(1)).unwrap())
+            .await
+            .unwrap()
+    };
+    let version = |sync: bool| async move {
+        let mut conn = node_2().await;
+        conn.query_drop(format!("SET SESSION wsrep_sync_wait = {}", sync as u8))
+            .await
+            .unwrap();
+        let v: Option<u32> = conn
+            .query_first("SELECT MAX(version) FROM myjob_schema_migrations")
+            .await
+            .unwrap();
+        v.unwrap()
+    };
+    // The last migration taken back, on every node: the schema is one version behind.
+    let latest = myjob::store::schema::latest();
+    db.conn()
+        .await
+        .exec_drop(
+            "DELETE FROM myjob_schema_migrations WHERE version = ?",
+            (latest,),
+        )
+        .await
+        .unwrap();
+    assert_eq!(version(true).await, latest - 1);
+
+    // Node 2 held behind; through node 1, the migrate finishes and a job is enqueued.
+    let mut paused = node_2().await;
+    paused
+        .query_drop("FLUSH TABLES WITH READ LOCK")
+        .await
+        .unwrap();
+    db.conn()
+        .await
+        .exec_drop(
+            "INSERT INTO myjob_schema_migrations (version, name) VALUES (?, 'again')",
+            (latest,),
+        )
+        .await
+        .unwrap();
+    let id = db.insert("q", &["enqueued through node 1"]).await[0];
+    assert_eq!(version(false).await, latest - 1, "node 2 is not behind");
+
+    // A worker and an operator's read through node 2, both started while it is behind.
+    let mut worker = Worker::start(&on_node_2, "1");
+    let show = std::process::Command::new(common::bin())
+        .args(["--config", on_node_2.to_str().unwrap(), "show"])
+        .arg(id.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !worker.exited(),
+        "the worker read a schema that was already migrated as behind:\n{}",
+        worker.log_text()
+    );
+    paused.query_drop("UNLOCK TABLES").await.unwrap();
+
+    let out = show.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains("id:") && stdout.contains("queue:"),
+        "{stdout}"
+    );
+    worker.wait_log("ready", 30).await;
+    db.wait_count("status = 'done'", 1, 30).await;
+}

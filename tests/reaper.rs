@@ -249,3 +249,82 @@ async fn a_lock_wait_in_the_reaper_keeps_its_connection() {
     assert!(log.contains("reaper: stale claim put back"), "{log}");
     assert!(!log.contains("reconnecting"), "{log}");
 }
+
+/// `kill -9` of an instance that is started again at once, as systemd restarts it: its start
+/// puts back the claims of its previous run, long before `stale_after` (10 minutes here), and
+/// they run again. Another instance's claims are left alone, and so are those of a live twin
+/// started by mistake with the same instance name (their connections are alive).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_instance_puts_back_its_previous_runs_claims_at_once() {
+    let db = TestDb::new("restart_heal").await;
+    let base = db.config("concurrency = 2", "");
+    let config = db.path("heal.toml");
+    edited(
+        &base,
+        &config,
+        &[("stale_after = \"2s\"", "stale_after = \"10m\"")],
+    );
+    let log = db.path("instance-1.log");
+    let mut first = Worker::start_appending(&config, "1", &log);
+    let other = Worker::start(&config, "2");
+    let ids = db.insert("q", &["sleep:60"; 4]).await;
+    db.wait_count("status = 'claimed'", 4, 20).await;
+    let claims = |db: &TestDb| {
+        let db_url = db.url.clone();
+        async move {
+            let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&db_url).unwrap())
+                .await
+                .unwrap();
+            let rows: Vec<(u64, u64, String)> = conn
+                .query("SELECT id, batch_id, worker FROM myjob_jobs WHERE status = 'claimed' ORDER BY id")
+                .await
+                .unwrap();
+            rows
+        }
+    };
+    let before = claims(&db).await;
+    let of = |rows: &[(u64, u64, String)], instance: &str| -> Vec<(u64, u64)> {
+        rows.iter()
+            .filter(|r| r.2.ends_with(&format!(":{instance}")))
+            .map(|r| (r.0, r.1))
+            .collect()
+    };
+    assert_eq!(of(&before, "1").len(), 2, "{before:?}");
+
+    first.signal(Signal::SIGKILL);
+    first.wait(10);
+    let killed_at = std::time::Instant::now();
+    let second = Worker::start_appending(&config, "1", &log);
+    // The previous run's two jobs run again: two more runs by instance 1, each as attempt 1
+    // (a rescued attempt is given back).
+    let start = std::time::Instant::now();
+    while db.runs().iter().filter(|r| r.2 == "1").count() < 4 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the previous run's jobs did not run again within 10 s:\n{}",
+            second.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("running again {:?} after the kill", killed_at.elapsed());
+    second
+        .wait_log("its instance restarted, and its connection", 5)
+        .await;
+    let after = claims(&db).await;
+    assert_eq!(
+        of(&after, "2"),
+        of(&before, "2"),
+        "instance 2's claims were touched"
+    );
+    assert_eq!(db.count("rescues = 1").await, 2);
+
+    // A twin with the same instance name: its start finds instance 1's claims alive.
+    let twin = Worker::start(&config, "1");
+    twin.wait_log("ready", 20).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = claims(&db).await;
+    assert_eq!(now, after, "a live instance's claims were touched");
+    assert_eq!(db.count("rescues = 1").await, 2);
+    assert!(ids.iter().all(|id| now.iter().any(|c| c.0 == *id)));
+    drop((other, twin, second));
+}

@@ -158,11 +158,12 @@ async fn the_schema_is_the_same_on_every_server() {
             "queue varbinary NO",
             "priority smallint NO",
             "payload mediumblob NO",
-            "status enum NO",
             "attempts int NO",
             "rescues int NO",
             "max_attempts int YES",
             "run_at timestamp NO",
+            // After run_at: its default reads run_at (migration 7).
+            "status enum NO",
             "unique_key varchar YES",
             "unique_live varchar YES",
             "batch_id bigint YES",
@@ -183,6 +184,36 @@ async fn the_schema_is_the_same_on_every_server() {
         .await
         .unwrap();
     assert_eq!(row, Some((Vec::new(), "pending".to_owned(), 0)));
+    // A plain INSERT with a future run_at is scheduled; one due now, or past, is pending; a
+    // status given is kept.
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, run_at) VALUES \
+         ('f', NOW(6) + INTERVAL 1 MINUTE), ('p', NOW(6) - INTERVAL 1 MINUTE), ('n', NOW(6))",
+    )
+    .await
+    .unwrap();
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, run_at, status) VALUES ('s', NOW(6) + INTERVAL 1 DAY, 'pending')",
+    )
+    .await
+    .unwrap();
+    let statuses: Vec<(Vec<u8>, String)> = conn
+        .query("SELECT queue, status FROM myjob_jobs WHERE queue <> 'q' ORDER BY id")
+        .await
+        .unwrap();
+    let statuses: Vec<(&str, &str)> = statuses
+        .iter()
+        .map(|(q, s)| (std::str::from_utf8(q).unwrap(), s.as_str()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("f", "scheduled"),
+            ("p", "pending"),
+            ("n", "pending"),
+            ("s", "pending")
+        ]
+    );
 }
 
 /// What myjob relies on is set per session, not inherited from the server's defaults

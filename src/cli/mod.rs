@@ -102,6 +102,13 @@ enum Command {
     /// COMMAND's status, or 75 when the lock was not acquired within --wait, or was lost (the
     /// command is then stopped).
     Lock(lock::LockArgs),
+    /// Started by `myjob run`: kills the worker's handlers if the worker dies without stopping
+    /// them.
+    #[command(hide = true)]
+    Guard {
+        /// The worker's MYJOB_RUN_ID.
+        run_id: String,
+    },
 }
 
 fn queue_name(s: &str) -> Result<String, String> {
@@ -191,6 +198,11 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
             let mut conn = db::connect(&settings.database)
                 .await
                 .map_err(|e| Error::new(e.exit_code(), e))?;
+            // Which migrations are applied, as the whole cluster knows it: a migrate through
+            // another Galera node a moment ago must not be applied twice.
+            db::causal(&mut conn, db::Causal::Everything)
+                .await
+                .or_exit(ExitCode::Unavailable)?;
             let applied = schema::migrate(&mut conn)
                 .await
                 .or_exit(ExitCode::Unavailable)?;
@@ -229,6 +241,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
         Command::Pause { queue } => pause::pause(&cli.config, &queue).await,
         Command::Resume { queue } => pause::resume(&cli.config, &queue).await,
         Command::Purge(args) => purge::run(&cli.config, args).await,
+        Command::Guard { run_id } => {
+            crate::worker::guard::serve(&run_id);
+            Ok(())
+        }
     };
     done.map(|()| 0)
 }

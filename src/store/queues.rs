@@ -5,11 +5,14 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 
-/// The paused queues' names. Read whole (the primary key, a few rows) once per
-/// `poll_interval` by every consumer.
+/// The paused queues' names, read whole (the primary key, a few rows). Every consumer reads
+/// them once per `poll_interval` as part of its probe (see `jobs::probe`).
+pub const PAUSED: &str = "SELECT queue FROM myjob_queues WHERE paused_at IS NOT NULL";
+
+/// The paused queues' names.
 pub async fn paused(conn: &mut Conn) -> anyhow::Result<Vec<String>> {
     let rows: Vec<Vec<u8>> = conn
-        .query("SELECT queue FROM myjob_queues WHERE paused_at IS NOT NULL")
+        .query(PAUSED)
         .await
         .context("reading the paused queues")?;
     // The column is binary: no name may make the conversion fail.

@@ -37,6 +37,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "due_index_covers_queue",
         include_str!("../../migrations/0006_due_index_covers_queue.sql"),
     ),
+    (
+        7,
+        "status_at_insert",
+        include_str!("../../migrations/0007_status_at_insert.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.
@@ -130,12 +135,17 @@ pub async fn check(conn: &mut Conn) -> anyhow::Result<Result<(), SchemaError>> {
     })
 }
 
-/// A connection for a command that reads or writes jobs: exit 69 when the database cannot be
-/// reached, 78 when its schema does not fit this binary.
+/// A connection for a command that reads or writes jobs, whose reads see what was committed
+/// through any node of a Galera cluster: exit 69 when the database cannot be reached, 78 when
+/// its schema does not fit this binary.
 pub async fn connect_checked(database: &DatabaseSettings) -> Result<Conn, Error> {
     let mut conn = db::connect(database)
         .await
         .map_err(|e| Error::new(e.exit_code(), e))?;
+    // An operator reads what was committed through any node, a migrate just now included.
+    db::causal(&mut conn, db::Causal::Reads)
+        .await
+        .or_exit(ExitCode::Unavailable)?;
     check(&mut conn)
         .await
         .or_exit(ExitCode::Unavailable)?

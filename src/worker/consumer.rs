@@ -23,8 +23,8 @@ use crate::db::{self, Failure};
 use crate::error::chain;
 use crate::stats::Stats;
 use crate::store::jobs::{self, Claimer, Completion, Outcome};
-use crate::store::queues;
 use crate::worker::link::{Fresh, Link};
+use crate::worker::name::WorkerName;
 use crate::worker::outbox::Outbox;
 use crate::worker::prefetch::{Prefetch, Ready};
 use crate::worker::slots::{Finished, Slots};
@@ -33,29 +33,35 @@ use crate::worker::slots::{Finished, Slots};
 const FINAL_WRITE: Duration = Duration::from_secs(10);
 /// A healthy loop turns at least this often, for the watchdog (see [`Stats::beat`]).
 const TURN: Duration = Duration::from_secs(1);
+/// While the account may not read the paused queues, the probe asks again once in this many.
+const PAUSES_RETRY: u32 = 20;
 /// While jobs run, how often the consumer asks whether an operator cancelled one. The
 /// question stands in for the keepalive's ping, so it costs a query only under load.
 const CANCEL_CHECK: Duration = Duration::from_secs(1);
 
 pub struct Consumer {
     settings: watch::Receiver<Arc<Settings>>,
-    /// `host:pid:instance`, written into claimed rows.
+    /// `host:pid:instance` (see [`WorkerName`]), written into claimed rows.
     worker: String,
     stats: Arc<Stats>,
     link: Link,
     prefetch: Prefetch,
     slots: Slots,
     outbox: Outbox,
-    /// Which queue the next claim starts with: each claim starts one further, so that when
-    /// every queue has a backlog none waits behind the others.
-    rotation: usize,
-    /// When the stager runs next (see [`jobs::stage`]), and the paused queues are read again:
-    /// once per `poll_interval`.
-    next_stage: Instant,
-    /// The queues an operator paused (`myjob pause`): not claimed.
+    /// The served queues that may hold more pending jobs: those the last probe found some in,
+    /// less those a claim has since drained. Claims go to these only, so a drained queue
+    /// never makes a claim come back short while another still has jobs. Each claim starts
+    /// one queue further along it, so that when every queue has a backlog none waits behind
+    /// the others.
+    busy: Vec<String>,
+    /// When to ask again which queues have pending jobs (see [`jobs::probe`]):
+    /// once per `poll_interval`, and only when there is room for a job.
+    next_probe: Instant,
+    /// The queues an operator paused (`myjob pause`): not claimed. Read by the probe.
     paused: Vec<String>,
-    /// The account may not read the paused queues; said once.
-    pauses_denied: bool,
+    /// The account may not read the paused queues: said once, and asked again only every
+    /// [`PAUSES_RETRY`] probes.
+    pauses_denied: Option<u32>,
     /// When to ask next about cancelled jobs (see [`CANCEL_CHECK`]).
     next_cancel_check: Instant,
 }
@@ -64,36 +70,29 @@ impl Consumer {
     pub fn new(
         db: DatabaseSettings,
         settings: watch::Receiver<Arc<Settings>>,
-        instance: &str,
+        name: &WorkerName,
         stats: Arc<Stats>,
         connected: oneshot::Sender<()>,
     ) -> Self {
-        let host = nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "localhost".into());
         let now = Instant::now();
         Consumer {
             settings,
-            worker: format!("{host}:{}:{instance}", std::process::id()),
+            worker: name.to_string(),
             stats,
             link: Link::new(db, connected),
             prefetch: Prefetch::new(now),
-            slots: Slots::new(instance),
+            slots: Slots::new(&name.instance),
             outbox: Outbox::default(),
-            rotation: 0,
-            next_stage: now,
+            busy: Vec::new(),
+            next_probe: now,
             paused: Vec::new(),
-            pauses_denied: false,
+            pauses_denied: None,
             next_cancel_check: now,
         }
     }
 
     /// Claims and runs jobs until `shutdown` fires, then drains: see [`Consumer::drain`].
     pub async fn run(mut self, shutdown: CancellationToken) {
-        // A full claim means more jobs are waiting: claim again as soon as there is room.
-        // Otherwise wait for `poll_interval` before the next claim.
-        let mut backlog = false;
-        let mut next_claim = Instant::now();
         // The loop's one exit is the shutdown token; database trouble only reconnects.
         while !shutdown.is_cancelled() {
             self.stats.beat();
@@ -115,32 +114,32 @@ impl Consumer {
             }
 
             let want = self.prefetch.want(now, self.slots.len(), worker);
-            // Claim when the prefetch runs low, and while the queue has a backlog for at least
-            // `least` jobs: fewer, fuller claims. At the poll, any free slot is worth a claim.
-            let due = (backlog && want.jobs >= want.least) || (now >= next_claim && want.jobs > 0);
+            // At the poll, with room for a job, ask which queues have pending jobs: queues
+            // drained since, or idle until now, get their turn again.
+            let poll = want.low && want.jobs > 0 && now >= self.next_probe;
+            if poll {
+                self.next_probe = now + worker.poll_interval;
+                self.probe(&settings).await;
+            }
+            // Claim when the prefetch runs low, and while some queue has a backlog for at
+            // least `least` jobs: fewer, fuller claims. At the poll, any free slot is worth one.
+            let backlog = !self.busy.is_empty();
+            let due = backlog && (poll || want.jobs >= want.least);
             if now >= self.next_cancel_check {
                 self.next_cancel_check = now + CANCEL_CHECK;
                 self.check_cancelled().await;
             }
-            if now >= self.next_stage {
-                self.read_paused().await;
-                self.stage().await;
-                // From the end of this pass: a stager that waited out a lock must not run
-                // again at once and keep the claims from their turn.
-                self.next_stage = Instant::now() + worker.poll_interval;
-            }
             if want.low && due {
-                backlog = match self.claim(&settings, want.jobs).await {
-                    Ok(got) => got == want.jobs,
-                    Err(e) => {
-                        self.db_error(e).await;
-                        false
-                    }
-                };
+                if let Err(e) = self.claim(&settings, want.jobs).await {
+                    // Tried again at the next poll, when the probe has looked afresh.
+                    self.busy.clear();
+                    self.db_error(e).await;
+                }
                 self.fill(&settings);
-                if !backlog {
-                    next_claim = now + worker.poll_interval;
-                } else if self.prefetch.is_empty() && self.slots.len() < worker.concurrency {
+                if !self.busy.is_empty()
+                    && self.prefetch.is_empty()
+                    && self.slots.len() < worker.concurrency
+                {
                     continue;
                 }
             } else {
@@ -148,8 +147,9 @@ impl Consumer {
             }
 
             let mut wake = now + TURN;
-            if !backlog {
-                wake = wake.min(next_claim);
+            // The probe is due only with room for a job; a handler that ends wakes the loop.
+            if self.slots.len() < worker.concurrency {
+                wake = wake.min(self.next_probe);
             }
             // Outcomes wait for the link when it is down: its reconnect is the deadline then.
             if let Some(t) = self.outbox.deadline().filter(|_| self.link.is_up()) {
@@ -250,34 +250,6 @@ impl Consumer {
         self.link.close().await;
     }
 
-    /// Reads which queues are paused. On an error the last list stands. An account without
-    /// SELECT on `myjob_queues` (GRANTs from before the table existed) gets one error line and
-    /// goes on claiming every queue: the jobs run, though pauses go unseen.
-    async fn read_paused(&mut self) {
-        const ER_TABLEACCESS_DENIED: u16 = 1142;
-        let Some(conn) = self.link.conn() else {
-            return;
-        };
-        match queues::paused(conn).await {
-            Ok(paused) => {
-                self.link.succeeded();
-                self.pauses_denied = false;
-                if paused != self.paused {
-                    info!(paused = ?paused, "paused queues changed");
-                    self.paused = paused;
-                }
-            }
-            Err(e) if db::server_code(&e) == Some(ER_TABLEACCESS_DENIED) => {
-                self.link.used();
-                if !self.pauses_denied {
-                    error!("consumer: {}; claiming every queue, paused or not (GRANT SELECT ON the database's myjob_queues to this account)", chain(&*e));
-                    self.pauses_denied = true;
-                }
-            }
-            Err(e) => self.db_error(e).await,
-        }
-    }
-
     /// While jobs run or wait to start: asks which of them an operator cancelled, stops the
     /// handlers of those running, and drops those waiting. It stands in for the keepalive.
     async fn check_cancelled(&mut self) {
@@ -309,29 +281,59 @@ impl Consumer {
         }
     }
 
-    /// Runs the stager: due scheduled jobs become pending, and the other way (see
-    /// [`jobs::stage`]).
-    async fn stage(&mut self) {
+    /// Asks which served queues have pending jobs, and which queues are paused (one statement
+    /// for all of them), and makes the busy ones that are not paused the ones claims go to.
+    /// On an error the claims wait for the next poll, and the last paused list stands. An
+    /// account without SELECT on `myjob_queues` (GRANTs from before the table existed) gets
+    /// one error line and goes on claiming every queue: the jobs run, though pauses go unseen.
+    async fn probe(&mut self, settings: &Settings) {
+        const ER_TABLEACCESS_DENIED: u16 = 1142;
+        self.busy.clear();
         let Some(conn) = self.link.conn() else {
             return;
         };
-        match jobs::stage(conn).await {
-            Ok(moved) => {
-                self.link.succeeded();
-                if moved > 0 {
-                    debug!(
-                        jobs = moved,
-                        "stager: jobs moved between scheduled and pending"
-                    );
+        let served: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
+        let pauses = match self.pauses_denied.as_mut() {
+            None => true,
+            Some(probes) => {
+                *probes += 1;
+                *probes % PAUSES_RETRY == 0
+            }
+        };
+        let mut found = jobs::probe(conn, &served, pauses).await;
+        if let Err(e) = &found {
+            if db::server_code(e) == Some(ER_TABLEACCESS_DENIED) {
+                if self.pauses_denied.is_none() {
+                    error!("consumer: {}; claiming every queue, paused or not (GRANT SELECT ON the database's myjob_queues to this account)", chain(&**e));
+                    self.pauses_denied = Some(0);
                 }
+                self.paused.clear();
+                found = jobs::probe(conn, &served, false).await;
+            }
+        }
+        match found {
+            Ok(probe) => {
+                self.link.succeeded();
+                if let Some(paused) = probe.paused {
+                    self.pauses_denied = None;
+                    if paused != self.paused {
+                        info!(paused = ?paused, "paused queues changed");
+                        self.paused = paused;
+                    }
+                }
+                let paused = &self.paused;
+                self.busy = probe.busy;
+                self.busy.retain(|q| !paused.contains(q));
             }
             Err(e) => self.db_error(e).await,
         }
     }
 
-    /// Claims up to `want` jobs into the prefetch, one statement per queue: each queue is
-    /// offered an even share of what is still wanted, starting one queue further each time.
-    /// Returns how many it got.
+    /// Claims up to `want` jobs into the prefetch, one statement per busy queue. Each busy
+    /// queue is offered an even share of what is still wanted, starting one queue further
+    /// each time; a queue that comes back short is drained and leaves the busy list, and
+    /// what it left is offered again to the queues that filled their share. So the claim
+    /// comes back short only when every served queue is drained. Returns how many it got.
     async fn claim(&mut self, settings: &Settings, want: usize) -> anyhow::Result<usize> {
         let Some((conn, server)) = self.link.claimer() else {
             return Ok(0);
@@ -341,28 +343,37 @@ impl Consumer {
             owner_server: server,
             worker: &self.worker,
         };
-        let queues: Vec<_> = settings
-            .queues
-            .iter()
-            .filter(|q| !self.paused.contains(&q.name))
-            .collect();
-        let first = self.rotation % queues.len().max(1);
-        self.rotation = self.rotation.wrapping_add(1);
+        // A reload may have dropped a queue, an operator paused one since the probe.
+        self.busy
+            .retain(|q| settings.queue(q).is_some() && !self.paused.contains(q));
+        if !self.busy.is_empty() {
+            self.busy.rotate_left(1);
+        }
         let mut left = want;
         // Each queue's claim commits by itself: when one fails, what the others claimed is
         // read all the same, or it would sit claimed by a live connection, never run.
         let mut failed = None;
-        for k in 0..queues.len() {
-            if left == 0 {
-                break;
-            }
-            let queue = &queues[(first + k) % queues.len()];
-            let share = left.div_ceil(queues.len() - k);
-            match jobs::claim(conn, batch_id, &queue.name, share, &who).await {
-                Ok(n) => left -= n,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
+        // Each round either fills `left` or drains at least one queue: at most one round
+        // per busy queue, and one when every queue has plenty.
+        'rounds: while left > 0 && !self.busy.is_empty() {
+            let mut k = 0;
+            let mut offered = self.busy.len();
+            while k < self.busy.len() && left > 0 {
+                let share = left.div_ceil(offered);
+                offered -= 1;
+                match jobs::claim(conn, batch_id, &self.busy[k], share, &who).await {
+                    Ok(n) if n < share => {
+                        left -= n;
+                        self.busy.remove(k);
+                    }
+                    Ok(n) => {
+                        left -= n;
+                        k += 1;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break 'rounds;
+                    }
                 }
             }
         }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::config::{QueueSettings, HANDLER_PATH};
+use crate::worker::guard;
 use crate::worker::output::{self, Tag};
 /// After the handler exits, how long its output pipes may stay open (held by a child that
 /// escaped the process group) before myjob stops reading them.
@@ -206,6 +207,8 @@ pub fn base_command(queue: &QueueSettings, instance: &str) -> Command {
     }
     cmd.env("MYJOB_QUEUE", &queue.name)
         .env("MYJOB_INSTANCE", instance)
+        // What the guard looks for if this worker dies (see `guard`).
+        .env(guard::RUN_ID_VAR, guard::run_id())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -2,8 +2,10 @@
 //! handler runs and what its exit means.
 
 mod consumer;
+pub mod guard;
 pub mod handler;
 mod link;
+pub mod name;
 mod outbox;
 mod output;
 mod pool;

@@ -98,6 +98,11 @@ pub async fn run(config: &Path, args: LockArgs) -> Result<u8, Error> {
         .or_exit(ExitCode::Unavailable)?;
     let galera = server.galera.is_some();
     if galera {
+        // The lease is judged by the time of its last renewal, which may have been written
+        // through another node a moment ago.
+        db::causal(&mut conn, db::Causal::Everything)
+            .await
+            .or_exit(ExitCode::Unavailable)?;
         // The lease table comes with the schema; a named lock needs no table at all.
         schema::check(&mut conn)
             .await

@@ -13,6 +13,8 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, TxOpts, Value};
 
+use crate::store::queues;
+
 pub mod admin;
 pub mod purge;
 
@@ -89,6 +91,55 @@ pub async fn claim(
     Ok(conn.affected_rows() as usize)
 }
 
+/// What a consumer's probe found (see [`probe`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Probe {
+    /// The queues asked about that have pending jobs, paused or not.
+    pub busy: Vec<String>,
+    /// Every paused queue, when asked for.
+    pub paused: Option<Vec<String>>,
+}
+
+/// Which of `queues` have pending jobs, and with `pauses` which queues are paused: one
+/// statement however many queues an instance serves, so that an idle instance asks once per
+/// poll rather than once per queue. Each arm reads the first entry of one queue's range of
+/// the claim index `(status, queue, …)`, so the answer costs one index dive per queue
+/// whatever the backlogs hold; the paused queues are a few rows of `myjob_queues`. It does
+/// not look at `run_at`: a pending job not yet due (a row whose run_at an UPDATE moved later)
+/// is rare and short-lived, and costs one empty claim at most.
+pub async fn probe(conn: &mut Conn, queues: &[&str], pauses: bool) -> anyhow::Result<Probe> {
+    const PENDING: u8 = 0;
+    let arm = "(SELECT queue, 0 FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+               WHERE status = 'pending' AND queue = ? LIMIT 1)";
+    let mut arms = vec![arm; queues.len()];
+    let paused_arm = format!("(SELECT queue, 1 FROM ({}) AS paused)", queues::PAUSED);
+    if pauses {
+        arms.push(&paused_arm);
+    }
+    if arms.is_empty() {
+        return Ok(Probe::default());
+    }
+    let params: Vec<Value> = queues.iter().map(|q| (*q).into()).collect();
+    let rows: Vec<(Vec<u8>, u8)> = conn
+        .exec(arms.join(" UNION ALL "), Params::Positional(params))
+        .await
+        .context("asking which queues have pending jobs")?;
+    let mut probe = Probe {
+        busy: Vec::new(),
+        paused: pauses.then(Vec::new),
+    };
+    for (queue, kind) in rows {
+        // The column is binary: no name may make the conversion fail.
+        let queue = String::from_utf8_lossy(&queue).into_owned();
+        match (kind, probe.paused.as_mut()) {
+            (PENDING, _) => probe.busy.push(queue),
+            (_, Some(paused)) => paused.push(queue),
+            (_, None) => {}
+        }
+    }
+    Ok(probe)
+}
+
 /// The jobs a claim stamped with `batch_id`, in run order. Served by the batch_id index.
 pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<ClaimedJob>> {
     // The queue as bytes: the column is binary, and no row may make the conversion panic.
@@ -115,48 +166,62 @@ pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<Cl
 
 /// The most rows one stager statement moves; it repeats while it moves that many.
 const STAGE_CHUNK: u64 = 1000;
+/// The most statements of [`STAGE_CHUNK`] rows one call of [`stage`] sends.
+const STAGE_CHUNKS: usize = 10;
+
+/// What one call of [`stage`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Staged {
+    pub moved: u64,
+    /// It stopped at its bound with rows perhaps left to move: call again at once.
+    pub more: bool,
+}
 
 /// The stager: moves due `scheduled` jobs to `pending`, and jobs a producer inserted as
 /// `pending` with a future run_at to `scheduled`, so that the claim's range holds due jobs
 /// only. Two ranges of the `(status, run_at)` index: when nothing is due, a read of an entry
-/// or two. The UPDATE repeats while it moves a whole chunk, a bounded number of times: the
-/// loop must keep turning.
-/// Returns how many jobs it moved.
-pub async fn stage(conn: &mut Conn) -> anyhow::Result<u64> {
+/// or two. The UPDATE repeats while it moves a whole chunk, a bounded number of times, so
+/// that a stager's connection is never busy for long. With a `lag`, only the scheduled jobs
+/// due for longer than that move: what a stager without the lock does when the one with it
+/// has fallen behind (see `stager`).
+pub async fn stage(conn: &mut Conn, lag: Duration) -> anyhow::Result<Staged> {
+    let lag = lag.as_micros() as u64;
     // A plain read first, which takes no lock: an UPDATE's range scan locks the first row
     // past each range, a claimed row that outcome writes and claims are busy with, and when
     // nothing is due (nearly always) there is nothing to change anyway.
     let due: Option<u8> = conn
-        .query_first(
+        .exec_first(
             "SELECT 1 FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
-             WHERE (status = 'scheduled' AND run_at <= NOW(6)) \
+             WHERE (status = 'scheduled' AND run_at <= NOW(6) - INTERVAL ? MICROSECOND) \
                 OR (status = 'pending' AND run_at > NOW(6)) \
              LIMIT 1",
+            (lag,),
         )
         .await
         .context("looking for jobs to stage")?;
     if due.is_none() {
-        return Ok(0);
+        return Ok(Staged::default());
     }
-    let mut moved = 0;
-    for _ in 0..10 {
+    let mut staged = Staged::default();
+    for _ in 0..STAGE_CHUNKS {
         conn.exec_drop(
             "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_due) \
              SET status = IF(status = 'scheduled', 'pending', 'scheduled') \
-             WHERE (status = 'scheduled' AND run_at <= NOW(6)) \
+             WHERE (status = 'scheduled' AND run_at <= NOW(6) - INTERVAL ? MICROSECOND) \
                 OR (status = 'pending' AND run_at > NOW(6)) \
              LIMIT ?",
-            (STAGE_CHUNK,),
+            (lag, STAGE_CHUNK),
         )
         .await
         .context("staging scheduled jobs")?;
         let n = conn.affected_rows();
-        moved += n;
-        if n < STAGE_CHUNK {
+        staged.moved += n;
+        staged.more = n == STAGE_CHUNK;
+        if !staged.more {
             break;
         }
     }
-    Ok(moved)
+    Ok(staged)
 }
 
 /// Of the claims `(id, batch_id)`, those the reaper has not put back. Served by the batch_id
@@ -387,18 +452,43 @@ pub struct OldClaim {
     pub attempts: u32,
     /// Rescues so far.
     pub rescues: u32,
+    /// `host:pid:instance` of the claimer.
+    pub worker: Option<String>,
 }
 
-/// Claims made more than `older_than` ago (at most `limit` of them).
+type OldClaimRow = (
+    u64,
+    Option<u64>,
+    Option<u64>,
+    Option<String>,
+    u32,
+    u32,
+    Option<String>,
+);
+
+fn old_claim(row: OldClaimRow) -> OldClaim {
+    let (id, batch_id, owner_conn, owner_server, attempts, rescues, worker) = row;
+    OldClaim {
+        id,
+        batch_id,
+        owner_conn,
+        owner_server,
+        attempts,
+        rescues,
+        worker,
+    }
+}
+
+/// Claims made more than `older_than` ago (at most `limit` of them). Served by the stale
+/// index `(status, claimed_at)`.
 pub async fn old_claims(
     conn: &mut Conn,
     older_than: Duration,
     limit: usize,
 ) -> anyhow::Result<Vec<OldClaim>> {
-    type Row = (u64, Option<u64>, Option<u64>, Option<String>, u32, u32);
-    let rows: Vec<Row> = conn
+    let rows: Vec<OldClaimRow> = conn
         .exec(
-            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues \
+            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, worker \
              FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
              WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
              ORDER BY claimed_at LIMIT ?",
@@ -406,19 +496,34 @@ pub async fn old_claims(
         )
         .await
         .context("reading old claims")?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(id, batch_id, owner_conn, owner_server, attempts, rescues)| OldClaim {
-                id,
-                batch_id,
-                owner_conn,
-                owner_server,
-                attempts,
-                rescues,
-            },
+    Ok(rows.into_iter().map(old_claim).collect())
+}
+
+/// The claims of workers named `host:<any pid>:instance`, however recent (at most `limit`).
+/// Read on the stale index's claimed range (every running job, a few rows per slot), the
+/// name matched with LIKE, its wildcards escaped; the caller checks the name exactly.
+pub async fn claims_of(
+    conn: &mut Conn,
+    host: &str,
+    instance: &str,
+    limit: usize,
+) -> anyhow::Result<Vec<OldClaim>> {
+    let escape = |s: &str| {
+        s.replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_")
+    };
+    let pattern = format!("{}:%:{}", escape(host), escape(instance));
+    let rows: Vec<OldClaimRow> = conn
+        .exec(
+            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, worker \
+             FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
+             WHERE status = 'claimed' AND worker LIKE ? LIMIT ?",
+            (pattern, limit as u64),
         )
-        .collect())
+        .await
+        .context("reading an instance's claims")?;
+    Ok(rows.into_iter().map(old_claim).collect())
 }
 
 /// What [`rescue`] did with a dead owner's claim.

@@ -1,0 +1,145 @@
+//! The stager: moves due `scheduled` jobs to `pending`, where claims find them, and a
+//! `pending` job whose run_at an UPDATE moved later back to `scheduled` (see
+//! [`jobs::stage`]). Every `poll_interval`, on a connection of its own.
+//!
+//! Why a task of its own: staging a large batch that comes due at once (a campaign
+//! scheduled for 09:00) takes a while, and on the claim's connection it held the claims up
+//! for as long. Why one stager per server: they would all find the same rows, lock them in
+//! turn and repeat each other's work; a named lock, held for as long as the connection
+//! lives, lets one instance stage for every instance, and the others try to take it over
+//! every few polls, so a dead holder is replaced within seconds.
+//!
+//! A holder that is alive to the server but does nothing (a frozen process, a host cut off
+//! without a FIN, whose connection the server lists for hours) keeps the lock. So each try to
+//! take it over also stages, without the lock, the jobs due for longer than [`OVERDUE`]: a
+//! working holder leaves none, and each move is fenced by the row's own status and run_at.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::{DatabaseSettings, Settings};
+use crate::db::{self, Failure, NamedLock};
+use crate::error::chain;
+use crate::store::jobs;
+
+/// The stager lock: one stager acts at a time across all instances on the server.
+const LOCK: &str = "myjob_stager";
+/// A stager without the lock tries to take it over once per this many polls.
+const STANDBY_POLLS: u32 = 4;
+/// A job due for longer than this has been left by the stager that holds the lock.
+const OVERDUE: Duration = Duration::from_secs(5);
+
+pub struct Stager {
+    db: DatabaseSettings,
+    settings: watch::Receiver<Arc<Settings>>,
+    conn: Option<Conn>,
+    /// Whether this connection holds the stager lock (or the server has no lock functions).
+    stages: bool,
+}
+
+/// What a pass did, and so when the next is due.
+#[derive(Debug, PartialEq, Eq)]
+enum Pass {
+    /// Another instance stages: try to take over later.
+    Standby,
+    /// Staged; `more` when it stopped at its bound with rows left.
+    Staged { more: bool },
+}
+
+impl Stager {
+    pub fn new(db: DatabaseSettings, settings: watch::Receiver<Arc<Settings>>) -> Self {
+        Stager {
+            db,
+            settings,
+            conn: None,
+            stages: false,
+        }
+    }
+
+    /// Stages until `shutdown` fires. An error is logged and the next pass comes after the
+    /// usual wait; a broken connection is replaced (and the lock taken again) at that pass.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut wait = Duration::ZERO;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let poll = self.settings.borrow().worker.poll_interval;
+            wait = match self.pass().await {
+                Ok(Pass::Staged { more: true }) => Duration::ZERO,
+                Ok(Pass::Staged { more: false }) => poll,
+                Ok(Pass::Standby) => poll * STANDBY_POLLS,
+                Err(e) => {
+                    self.failed(e).await;
+                    poll
+                }
+            };
+        }
+        if let Some(conn) = self.conn.take() {
+            let _ = conn.disconnect().await;
+        }
+    }
+
+    async fn pass(&mut self) -> anyhow::Result<Pass> {
+        if self.conn.is_none() {
+            self.conn = Some(db::connect(&self.db).await?);
+            self.stages = false;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(Pass::Standby);
+        };
+        if !self.stages {
+            // Held until the connection ends: no release, no take again at each pass.
+            match db::try_lock(conn, LOCK).await? {
+                NamedLock::Held => {
+                    info!("stager: this instance stages scheduled jobs for every instance on the server");
+                    self.stages = true;
+                }
+                // Every stager acts: each move is fenced by the row's own status and run_at.
+                NamedLock::Unsupported => self.stages = true,
+                NamedLock::Busy => {
+                    let staged = jobs::stage(conn, OVERDUE).await?;
+                    if staged.moved > 0 {
+                        warn!(
+                            jobs = staged.moved,
+                            "stager: the instance that holds the stager lock left jobs due for over {}s; staged them here",
+                            OVERDUE.as_secs()
+                        );
+                    }
+                    return Ok(Pass::Standby);
+                }
+            }
+        }
+        let staged = jobs::stage(conn, Duration::ZERO).await?;
+        if staged.moved > 0 {
+            debug!(
+                jobs = staged.moved,
+                "stager: jobs moved between scheduled and pending"
+            );
+        }
+        Ok(Pass::Staged { more: staged.more })
+    }
+
+    /// A pass failed: a lost race (a lock wait, a deadlock with a claim) keeps the connection
+    /// and its lock; anything else drops them, and the next pass connects again.
+    async fn failed(&mut self, e: anyhow::Error) {
+        let kept = match (db::classify(&e), self.conn.as_mut()) {
+            (Failure::Connection, _) | (_, None) => false,
+            (_, Some(conn)) => conn.query_drop("ROLLBACK").await.is_ok(),
+        };
+        if kept {
+            warn!("stager: {}; trying again at the next poll", chain(&*e));
+        } else {
+            warn!("stager: {}; reconnecting at the next poll", chain(&*e));
+            self.conn = None;
+            self.stages = false;
+        }
+    }
+}
