@@ -194,8 +194,8 @@ pub struct WorkerSettings {
 pub struct ReaperSettings {
     pub interval: Duration,
     pub stale_after: Duration,
-    /// How many times a job may be rescued from a worker that vanished while running it; the
-    /// rescue that reaches it fails the job.
+    /// How many times a suspect may be rescued from a worker that died while running it in
+    /// quarantine; the rescue that reaches it fails the job.
     pub max_rescues: u32,
 }
 

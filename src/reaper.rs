@@ -232,7 +232,12 @@ impl Reaper {
                 continue;
             }
             let why = format!("attempt {} abandoned: {gone}", claim.attempts);
-            log_rescue(claim, jobs::rescue(conn, claim, &why, max).await?, &gone);
+            log_rescue(
+                claim,
+                jobs::rescue(conn, claim, &why, max).await?,
+                &gone,
+                max,
+            );
         }
         Ok(waiting)
     }
@@ -339,7 +344,12 @@ async fn reap(
         }
         let why = format!("attempt {} abandoned: {reason}", claim.attempts);
         let max = settings.reaper.max_rescues;
-        log_rescue(claim, jobs::rescue(conn, claim, &why, max).await?, &reason);
+        log_rescue(
+            claim,
+            jobs::rescue(conn, claim, &why, max).await?,
+            &reason,
+            max,
+        );
     }
     if foreign > 0 {
         info!(
@@ -364,19 +374,30 @@ async fn processlist(conn: &mut Conn) -> anyhow::Result<HashSet<u64>> {
 }
 
 /// One line per claim put back, or per job failed as a poison pill.
-fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str) {
+fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32) {
     match rescued {
         Rescued::Pending => warn!(
             job_id = claim.id,
             attempt = claim.attempts,
-            rescues = claim.rescues + 1,
             "reaper: stale claim put back: {reason}"
+        ),
+        Rescued::Suspect { charged: false } => warn!(
+            job_id = claim.id,
+            attempt = claim.attempts,
+            "reaper: stale claim put back as a suspect, its second death: it runs next in a quarantine slot, one suspect per instance: {reason}"
+        ),
+        Rescued::Suspect { charged: true } => warn!(
+            job_id = claim.id,
+            attempt = claim.attempts,
+            rescues = claim.rescues + 1,
+            "reaper: suspect put back: its worker died while running it in quarantine ({} of {max}): {reason}",
+            claim.rescues + 1
         ),
         Rescued::Failed => error!(
             job_id = claim.id,
             attempt = claim.attempts,
             rescues = claim.rescues + 1,
-            "reaper: job failed: its worker died while running it {} times (last: {reason})",
+            "reaper: job failed: its worker died while running it in quarantine {} times (last: {reason})",
             claim.rescues + 1
         ),
         Rescued::Gone => {}
@@ -506,6 +527,7 @@ mod tests {
             owner_server: owner_server.map(str::to_owned),
             attempts: 1,
             rescues: 0,
+            suspicion: 0,
             worker: None,
         }
     }

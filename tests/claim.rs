@@ -1,7 +1,7 @@
 //! The claim behind any backlog, and no job claimed and left: index reads counted by the
 //! server's Handler_read_* deltas (which show a scan EXPLAIN can hide), rows not yet due kept
 //! out of the claim's range, exact queue names, no starving queue, and a job that brings its
-//! worker down failed after `max_rescues`.
+//! worker down failed after `max_rescues` deaths in quarantine, and none of its neighbours.
 
 mod common;
 
@@ -198,9 +198,38 @@ async fn no_queue_starves_behind_another() {
     drop(worker);
 }
 
+/// Runs instance 1 of `config` until `done` says so, restarting it a second after each
+/// death as systemd's Restart=on-failure with RestartSec would; fails after `limit`. Returns
+/// how many times it was restarted.
+async fn restart_until(
+    db: &TestDb,
+    config: &std::path::Path,
+    limit: Duration,
+    done: &str,
+) -> (u32, Worker) {
+    let deadline = Instant::now() + limit;
+    let mut starts = 0;
+    let mut worker = Worker::start(config, "1");
+    while db.count(done).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "never {done}; the last worker's log:\n{}",
+            worker.log_text()
+        );
+        if worker.exited() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            worker = Worker::start(config, "1");
+            starts += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (starts, worker)
+}
+
 /// A job whose handler kills its own worker (kill -9 of myjob), with the worker restarted as
-/// systemd would: the reaper rescues it twice, and the third rescue fails it with a last_error
-/// that says why. Its neighbours are all done.
+/// systemd would: it is put back after its first death, becomes a suspect at its second, and
+/// is failed at its third death in the quarantine slot (max_rescues = 3), with a last_error
+/// that says why: max_rescues + 2 runs. Its neighbours are all done.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_that_kills_its_worker_fails_after_max_rescues() {
     let db = TestDb::new("claim_poison").await;
@@ -209,36 +238,124 @@ async fn a_job_that_kills_its_worker_fails_after_max_rescues() {
     let poison = db.insert("q", &["kill-worker"]).await[0];
     ids.extend(db.insert("q", &["sleep:0"; 5]).await);
 
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut starts = 0;
-    let mut worker = Worker::start(&config, "1");
-    while db.job(poison).await.0 != "failed" {
-        assert!(Instant::now() < deadline, "the poison job never failed");
-        if worker.exited() {
-            // Restarted after a second, as Restart=on-failure with RestartSec would.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            worker = Worker::start(&config, "1");
-            starts += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let failed = format!("id = {poison} AND status = 'failed'");
+    let (starts, worker) = restart_until(&db, &config, Duration::from_secs(90), &failed).await;
     let (status, _, _, _, error) = db.job(poison).await;
     assert_eq!(status, "failed");
     let error = error.unwrap_or_default();
     assert!(
-        error.contains("its worker died while running it 3 times"),
+        error.contains("its worker died while running it in quarantine 3 times"),
         "{error}"
     );
-    let rescues: Option<u32> = db
+    let rescues: Option<(u32, u8)> = db
         .conn()
         .await
-        .exec_first("SELECT rescues FROM myjob_jobs WHERE id = ?", (poison,))
+        .exec_first(
+            "SELECT rescues, suspicion FROM myjob_jobs WHERE id = ?",
+            (poison,),
+        )
         .await
         .unwrap();
-    assert_eq!(rescues, Some(3));
+    assert_eq!(rescues, Some((3, 2)));
     let runs = db.runs().iter().filter(|r| r.0 == poison).count();
-    assert_eq!(runs, 3, "the poison job ran once per rescue");
-    assert!(starts >= 2, "the worker was restarted {starts} times");
+    assert_eq!(
+        runs, 5,
+        "two deaths to become a suspect, three in quarantine"
+    );
+    assert!(starts >= 4, "the worker was restarted {starts} times");
     db.wait_count("status = 'done'", 10, 30).await;
     drop(worker);
+}
+
+/// Only the culprit is convicted: a job that kills its worker, among 50 plain jobs that run
+/// beside it at `concurrency`, the worker restarted a second after each death. The poison
+/// job is failed after at most max_rescues + 2 runs; every plain job is done, none charged a
+/// rescue, though most were running at one death or more.
+async fn only_the_culprit_is_convicted(name: &str, concurrency: usize) {
+    let db = TestDb::new(name).await;
+    let config = db.config(&format!("concurrency = {concurrency}"), "");
+    let mut plain = db.insert("q", &["sleep:0.3"; 25]).await;
+    let poison = db.insert("q", &["kill-worker"]).await[0];
+    plain.extend(db.insert("q", &["sleep:0.3"; 25]).await);
+
+    let failed = format!("id = {poison} AND status = 'failed'");
+    let (starts, worker) = restart_until(&db, &config, Duration::from_secs(150), &failed).await;
+    let runs = db.runs().iter().filter(|r| r.0 == poison).count();
+    assert!(
+        runs <= 5,
+        "the poison job ran {runs} times (max_rescues = 3)"
+    );
+    assert!(starts >= 2, "the worker was restarted {starts} times");
+    db.wait_count("status = 'done'", 50, 60).await;
+    assert_eq!(db.count("status = 'failed'").await, 1);
+    assert_eq!(
+        db.count(&format!("id <> {poison} AND rescues > 0")).await,
+        0
+    );
+    // The plain jobs did run beside it: some were put back, some became suspects.
+    let beside = db.runs().iter().filter(|r| r.0 != poison).count();
+    assert!(beside > 50, "no plain job ran twice: {beside} runs");
+    drop(worker);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_culprit_is_convicted_at_concurrency_8() {
+    only_the_culprit_is_convicted("claim_culprit8", 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_culprit_is_convicted_at_concurrency_64() {
+    only_the_culprit_is_convicted("claim_culprit64", 64).await;
+}
+
+/// A suspect's transitions outside a death: claimed into the quarantine slot, one at a time
+/// beside plain jobs; released by a shutdown back to `suspect`, not to `pending`; cancelled
+/// by an operator like any waiting job.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_suspect_runs_one_at_a_time_and_stays_one_until_it_ends() {
+    let db = TestDb::new("claim_suspects").await;
+    let config = db.config("concurrency = 4", "");
+    let suspects = db.insert("q", &["sleep:30", "sleep:30", "sleep:30"]).await;
+    let plain = db.insert("q", &["sleep:30", "sleep:30"]).await;
+    let cancelled = db.insert("q", &["sleep:0"]).await[0];
+    let mut conn = db.conn().await;
+    conn.exec_drop(
+        "UPDATE myjob_jobs SET status = 'suspect', suspicion = 2 WHERE id IN (?, ?, ?, ?)",
+        (suspects[0], suspects[1], suspects[2], cancelled),
+    )
+    .await
+    .unwrap();
+    let out = common::myjob(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "cancel",
+            &cancelled.to_string(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(db.job(cancelled).await.0, "cancelled");
+
+    let mut worker = Worker::start(&config, "1");
+    // Both plain jobs and one suspect run; the other suspects wait, though slots are free.
+    db.wait_count("status = 'claimed'", 3, 20).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(db.count("status = 'claimed'").await, 3);
+    assert_eq!(db.count("status = 'suspect'").await, 2);
+    assert_eq!(
+        db.count(&format!(
+            "status = 'claimed' AND id IN ({}, {})",
+            plain[0], plain[1]
+        ))
+        .await,
+        2
+    );
+
+    // A shutdown cuts them short: the suspect goes back to waiting as one.
+    worker.signal(nix::sys::signal::Signal::SIGTERM);
+    worker.wait(30);
+    assert_eq!(db.count("status = 'suspect' AND suspicion = 2").await, 3);
+    assert_eq!(db.count("status = 'pending' AND suspicion = 0").await, 2);
+    assert_eq!(db.count("rescues > 0").await, 0);
 }

@@ -108,10 +108,10 @@ async fn stats_counts_each_queue_and_state() {
     assert_eq!(
         table,
         "\
-QUEUE  PENDING  SCHEDULED  CLAIMED  DONE  FAILED  CANCELLED  OLDEST PENDING  PAUSED
-idle   0        0          0        0     0       0          -               yes
-other  0        0          0        0     1       1          -               no
-q      2        1          1        1     1       0          1h              no
+QUEUE  PENDING  SUSPECT  SCHEDULED  CLAIMED  DONE  FAILED  CANCELLED  OLDEST PENDING  PAUSED
+idle   0        0        0          0        0     0       0          -               yes
+other  0        0        0          0        0     1       1          -               no
+q      2        0        1          1        1     1       0          1h              no
 "
     );
     let doc = json(&ok(&config, &["stats", "--json"]));
@@ -120,6 +120,7 @@ q      2        1          1        1     1       0          1h              no
     let q = queues.iter().find(|q| q["queue"] == "q").unwrap();
     for (field, want) in [
         ("pending", 2),
+        ("suspect", 0),
         ("scheduled", 1),
         ("claimed", 1),
         ("done", 1),
@@ -250,6 +251,7 @@ priority:      0
 attempts:      1
 max_attempts:  5
 rescues:       0
+suspicion:     0
 run_at:        2037-01-01T00:00:00.000000Z
 unique_key:    -
 batch_id:      -

@@ -316,7 +316,7 @@ async fn a_restarted_instance_puts_back_its_previous_runs_claims_at_once() {
         of(&before, "2"),
         "instance 2's claims were touched"
     );
-    assert_eq!(db.count("rescues = 1").await, 2);
+    assert_eq!(db.count("suspicion = 1 AND rescues = 0").await, 2);
 
     // A twin with the same instance name: its start finds instance 1's claims alive.
     let twin = Worker::start(&config, "1");
@@ -324,7 +324,7 @@ async fn a_restarted_instance_puts_back_its_previous_runs_claims_at_once() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let now = claims(&db).await;
     assert_eq!(now, after, "a live instance's claims were touched");
-    assert_eq!(db.count("rescues = 1").await, 2);
+    assert_eq!(db.count("suspicion = 1 AND rescues = 0").await, 2);
     assert!(ids.iter().all(|id| now.iter().any(|c| c.0 == *id)));
     drop((other, twin, second));
 }

@@ -160,6 +160,7 @@ async fn the_schema_is_the_same_on_every_server() {
             "payload mediumblob NO",
             "attempts int NO",
             "rescues int NO",
+            "suspicion tinyint NO",
             "max_attempts int YES",
             "run_at timestamp NO",
             // After run_at: its default reads run_at (migration 7).

@@ -50,7 +50,7 @@ enum Command {
     },
     /// Check the configuration file: exit 0, or exit 78 naming the key at fault.
     CheckConfig,
-    /// One row per queue: jobs due, scheduled, running, done, failed and cancelled, the wait of
+    /// One row per queue: jobs due, suspect, scheduled, running, done, failed and cancelled, the wait of
     /// the oldest due job, and whether the queue is paused.
     Stats {
         /// One JSON document: {"queues": [...]}.

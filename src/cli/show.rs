@@ -17,6 +17,7 @@ const NUMBERS: &[&str] = &[
     "attempts",
     "max_attempts",
     "rescues",
+    "suspicion",
     "batch_id",
     "owner_conn",
 ];

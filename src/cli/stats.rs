@@ -50,6 +50,7 @@ pub async fn run(config: &Path, json: bool) -> Result<(), Error> {
             vec![
                 q.queue.clone(),
                 q.pending.to_string(),
+                q.suspect.to_string(),
                 q.scheduled.to_string(),
                 q.claimed.to_string(),
                 q.done.to_string(),
@@ -64,6 +65,7 @@ pub async fn run(config: &Path, json: bool) -> Result<(), Error> {
         &[
             "QUEUE",
             "PENDING",
+            "SUSPECT",
             "SCHEDULED",
             "CLAIMED",
             "DONE",

@@ -42,6 +42,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "status_at_insert",
         include_str!("../../migrations/0007_status_at_insert.sql"),
     ),
+    (
+        8,
+        "suspects",
+        include_str!("../../migrations/0008_suspects.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

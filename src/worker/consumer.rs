@@ -64,6 +64,15 @@ pub struct Consumer {
     pauses_denied: Option<u32>,
     /// When to ask next about cancelled jobs (see [`CANCEL_CHECK`]).
     next_cancel_check: Instant,
+    /// The quarantine slot: the batch of the one suspect this instance holds, until its
+    /// outcome is written (see [`jobs::claim_suspect`]). A suspect is a job that was held at
+    /// two deaths of its workers; while it runs here no other suspect does, so that if this
+    /// instance dies, the reaper knows which job to charge.
+    quarantine: Option<u64>,
+    /// A queue the last probe found a suspect in, while the quarantine slot was free. Claimed
+    /// from whenever the slot and a handler slot are free, until a claim comes back empty:
+    /// suspects follow each other without waiting for a poll.
+    suspects: Option<String>,
 }
 
 impl Consumer {
@@ -88,6 +97,8 @@ impl Consumer {
             paused: Vec::new(),
             pauses_denied: None,
             next_cancel_check: now,
+            quarantine: None,
+            suspects: None,
         }
     }
 
@@ -120,6 +131,18 @@ impl Consumer {
             if poll {
                 self.next_probe = now + worker.poll_interval;
                 self.probe(&settings).await;
+            }
+            // A suspect first, into a free slot at once: never prefetched behind other jobs.
+            if self.suspects.is_some()
+                && self.prefetch.is_empty()
+                && self.slots.len() < worker.concurrency
+                && self.quarantine_free()
+            {
+                if let Err(e) = self.claim_suspect(&settings).await {
+                    self.suspects = None;
+                    self.db_error(e).await;
+                }
+                self.fill(&settings);
             }
             // Claim when the prefetch runs low, and while some queue has a backlog for at
             // least `least` jobs: fewer, fuller claims. At the poll, any free slot is worth one.
@@ -289,10 +312,20 @@ impl Consumer {
     async fn probe(&mut self, settings: &Settings) {
         const ER_TABLEACCESS_DENIED: u16 = 1142;
         self.busy.clear();
+        let quarantine_free = self.quarantine_free();
         let Some(conn) = self.link.conn() else {
             return;
         };
         let served: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
+        // Suspects only for a free quarantine slot, and of the queues not known paused.
+        let suspects: Vec<&str> = match quarantine_free {
+            true => served
+                .iter()
+                .copied()
+                .filter(|q| !self.paused.iter().any(|p| p == q))
+                .collect(),
+            false => Vec::new(),
+        };
         let pauses = match self.pauses_denied.as_mut() {
             None => true,
             Some(probes) => {
@@ -300,7 +333,7 @@ impl Consumer {
                 *probes % PAUSES_RETRY == 0
             }
         };
-        let mut found = jobs::probe(conn, &served, pauses).await;
+        let mut found = jobs::probe(conn, &served, pauses, &suspects).await;
         if let Err(e) = &found {
             if db::server_code(e) == Some(ER_TABLEACCESS_DENIED) {
                 if self.pauses_denied.is_none() {
@@ -308,7 +341,7 @@ impl Consumer {
                     self.pauses_denied = Some(0);
                 }
                 self.paused.clear();
-                found = jobs::probe(conn, &served, false).await;
+                found = jobs::probe(conn, &served, false, &suspects).await;
             }
         }
         match found {
@@ -324,6 +357,7 @@ impl Consumer {
                 let paused = &self.paused;
                 self.busy = probe.busy;
                 self.busy.retain(|q| !paused.contains(q));
+                self.suspects = probe.suspects.filter(|q| !paused.contains(q));
             }
             Err(e) => self.db_error(e).await,
         }
@@ -411,6 +445,70 @@ impl Consumer {
                 Ok(got)
             }
         }
+    }
+
+    /// Whether the quarantine slot is free: its suspect, if any, is no longer running, waiting
+    /// or waiting for its outcome to be written. Until the outcome is written the row still
+    /// says claimed, and a death would charge it.
+    fn quarantine_free(&mut self) -> bool {
+        let Some(batch) = self.quarantine else {
+            return true;
+        };
+        let held = self
+            .slots
+            .batches()
+            .chain(self.prefetch.batches())
+            .chain(self.outbox.batches())
+            .any(|b| b == batch);
+        if !held {
+            self.quarantine = None;
+        }
+        !held
+    }
+
+    /// Claims one suspect of the queue the probe found one in, under a batch of its own, into
+    /// the quarantine slot; with none left there, that queue is done with until the next
+    /// probe finds another.
+    async fn claim_suspect(&mut self, settings: &Settings) -> anyhow::Result<()> {
+        let Some(queue) = self.suspects.clone() else {
+            return Ok(());
+        };
+        let Some((conn, server)) = self.link.claimer() else {
+            return Ok(());
+        };
+        let Some(queue_settings) = settings.queue(&queue).cloned() else {
+            self.suspects = None;
+            return Ok(());
+        };
+        let batch_id = jobs::new_batch_id();
+        let who = Claimer {
+            owner_server: server,
+            worker: &self.worker,
+        };
+        let claimed = match jobs::claim_suspect(conn, batch_id, &queue, &who).await? {
+            true => jobs::read_batch(conn, batch_id).await?,
+            false => Vec::new(),
+        };
+        self.link.used();
+        if claimed.is_empty() {
+            self.suspects = None;
+            return Ok(());
+        }
+        for job in claimed {
+            info!(
+                job_id = job.id,
+                queue = %job.queue,
+                "suspect claimed: it was running at two deaths of its workers; it runs in the quarantine slot, the one suspect of this instance"
+            );
+            self.quarantine = Some(batch_id);
+            self.prefetch.push(Ready {
+                job,
+                batch_id,
+                queue: queue_settings.clone(),
+            });
+        }
+        self.link.succeeded();
+        Ok(())
     }
 
     /// A handler ended: log its outcome and keep it for the next write.

@@ -135,7 +135,7 @@ old=$(prop myjob@2 MainPID)
 killed=$SECONDS
 sd kill -9 "$old"
 check "restarted after kill -9 (NRestarts=1, new MainPID)" wait_for 15 sh -c "[ \"\$(\"$HERE/run-in-systemd.sh\" systemctl show -p NRestarts --value myjob@2)\" = 1 ] && \"$HERE/run-in-systemd.sh\" systemctl is-active -q myjob@2 && [ \"\$(\"$HERE/run-in-systemd.sh\" systemctl show -p MainPID --value myjob@2)\" != $old ]"
-check "the killed instance's 4 jobs running again within 10 s of the kill (stale_after 2 min)" wait_for $((10 - (SECONDS - killed))) count_is "status = 'claimed' AND payload = 'sleep:5' AND rescues = 1 AND last_error LIKE 'attempt 1 abandoned: its instance restarted%'" 4
+check "the killed instance's 4 jobs running again within 10 s of the kill (stale_after 2 min)" wait_for $((10 - (SECONDS - killed))) count_is "status = 'claimed' AND payload = 'sleep:5' AND suspicion = 1 AND rescues = 0 AND last_error LIKE 'attempt 1 abandoned: its instance restarted%'" 4
 echo "    (running again $((SECONDS - killed)) s after the kill)"
 check "the killed instance's jobs finished" wait_for 30 count_is "status = 'done' AND payload = 'sleep:5' AND last_error LIKE 'attempt 1 abandoned: its instance restarted%'" 4
 check "journal: the restarted instance put them back" grep -q 'reaper: stale claim put back: its instance restarted, and its connection' <<<"$(journal myjob@2)"

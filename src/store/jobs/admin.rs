@@ -16,6 +16,7 @@ use super::in_list;
 /// The states a job can be in, as the `status` column spells them.
 pub const STATUSES: &[&str] = &[
     "pending",
+    "suspect",
     "scheduled",
     "claimed",
     "done",
@@ -30,6 +31,9 @@ pub struct QueueStats {
     /// Due now: pending, and scheduled jobs whose time has come but that the stager has not
     /// moved yet.
     pub pending: u64,
+    /// Held at two deaths of their workers: due, run one per instance in a quarantine slot
+    /// (see migration 8).
+    pub suspect: u64,
     /// Waiting for their run_at, retries in backoff included.
     pub scheduled: u64,
     pub claimed: u64,
@@ -66,6 +70,7 @@ pub async fn stats(conn: &mut Conn) -> anyhow::Result<BTreeMap<String, QueueStat
         raw.insert(q.queue.clone(), queue);
         match status.as_str() {
             "pending" => q.pending = n,
+            "suspect" => q.suspect = n,
             "scheduled" => q.scheduled = n,
             "claimed" => q.claimed = n,
             "done" => q.done = n,
@@ -179,7 +184,7 @@ pub async fn list(conn: &mut Conn, filter: &ListFilter<'_>) -> anyhow::Result<Ve
         params.push(s.into());
     }
     sql += match filter.status {
-        Some("pending") => " ORDER BY priority DESC, id",
+        Some("pending" | "suspect") => " ORDER BY priority DESC, id",
         Some("scheduled") => " ORDER BY run_at, id",
         _ => " ORDER BY id DESC",
     };
@@ -241,6 +246,7 @@ const SHOWN: &[(&str, bool)] = &[
     ("attempts", false),
     ("max_attempts", false),
     ("rescues", false),
+    ("suspicion", false),
     ("run_at", true),
     ("unique_key", false),
     ("batch_id", false),
@@ -329,7 +335,7 @@ async fn lock_states(
 }
 
 /// The transition `failed → pending`: each job of `ids` is due now, with its attempts (and
-/// rescues) counted from 0 again; its last_error stays until the next attempt. All or
+/// rescues and suspicion) counted from 0 again; its last_error stays until the next attempt. All or
 /// nothing: a job that is missing or not failed refuses the whole change. Returns how many
 /// jobs changed.
 pub async fn retry(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Result<u64, Refused>> {
@@ -355,13 +361,13 @@ pub async fn retry(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Result<u64, R
 }
 
 /// The transition itself, `failed → pending`, for those of `ids` still failed: due now,
-/// attempts and rescues from 0, the claim's columns cleared, last_error kept. `update` is
+/// attempts, rescues and suspicion from 0, the claim's columns cleared, last_error kept. `update` is
 /// `UPDATE` or `UPDATE IGNORE`. Returns how many rows changed. Served by the primary key.
 async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Result<u64> {
     let (list, params) = in_list(ids);
     conn.exec_drop(
         format!(
-            "{update} myjob_jobs SET status = 'pending', attempts = 0, rescues = 0, \
+            "{update} myjob_jobs SET status = 'pending', attempts = 0, rescues = 0, suspicion = 0, \
                  run_at = NOW(6), finished_at = NULL, batch_id = NULL, owner_conn = NULL, \
                  owner_server = NULL, worker = NULL, claimed_at = NULL \
              WHERE id IN ({list}) AND status = 'failed'"
@@ -432,12 +438,12 @@ pub async fn retry_queue(conn: &mut Conn, queue: &str) -> anyhow::Result<(u64, u
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Cancelled {
     pub id: u64,
-    /// Its state before: pending, scheduled or claimed. A claimed job's worker stops its
+    /// Its state before: pending, suspect, scheduled or claimed. A claimed job's worker stops its
     /// handler.
     pub was: String,
 }
 
-/// The transition `pending | scheduled | claimed → cancelled`: final, and the job's unique
+/// The transition `pending | suspect | scheduled | claimed → cancelled`: final, and the job's unique
 /// key is free again. A claimed job keeps its batch_id, by which its worker learns of the
 /// cancel at its next keepalive; the worker's own outcome write, fenced by `status =
 /// 'claimed'`, then matches nothing. A job that had not come due gets run_at now, so that
@@ -454,7 +460,7 @@ pub async fn cancel(
         };
         if let Some((id, status)) = states
             .iter()
-            .find(|s| !["pending", "scheduled", "claimed"].contains(&s.1.as_str()))
+            .find(|s| !["pending", "suspect", "scheduled", "claimed"].contains(&s.1.as_str()))
             .cloned()
         {
             return Ok(Err(Refused::State {
@@ -468,7 +474,7 @@ pub async fn cancel(
             format!(
                 "UPDATE myjob_jobs SET status = 'cancelled', finished_at = NOW(6), \
                      run_at = LEAST(run_at, NOW(6)) \
-                 WHERE id IN ({list}) AND status IN ('pending', 'scheduled', 'claimed')"
+                 WHERE id IN ({list}) AND status IN ('pending', 'suspect', 'scheduled', 'claimed')"
             ),
             Params::Positional(params),
         )

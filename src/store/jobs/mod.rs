@@ -91,6 +91,32 @@ pub async fn claim(
     Ok(conn.affected_rows() as usize)
 }
 
+/// The claim of one suspect into an instance's quarantine slot (see [`claim_suspect`]).
+const CLAIM_SUSPECT: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+     SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
+         worker = ?, claimed_at = NOW(6), attempts = attempts + 1 \
+     WHERE status = 'suspect' AND queue = ? \
+     ORDER BY status, queue, priority DESC, id LIMIT 1";
+
+/// Claims the first suspect of `queue` (a job held at two deaths of its workers; see
+/// migration 8) under its own `batch_id`, to run in the instance's quarantine slot: one
+/// suspect per instance at a time, so that a death of the instance names it. Returns whether
+/// it got one. Served by the claim index, on the `'suspect'` range: a few rows at most.
+pub async fn claim_suspect(
+    conn: &mut Conn,
+    batch_id: u64,
+    queue: &str,
+    who: &Claimer<'_>,
+) -> anyhow::Result<bool> {
+    conn.exec_drop(
+        CLAIM_SUSPECT,
+        (batch_id, who.owner_server, who.worker, queue),
+    )
+    .await
+    .with_context(|| format!("claiming a suspect of queue {queue}"))?;
+    Ok(conn.affected_rows() == 1)
+}
+
 /// What a consumer's probe found (see [`probe`]).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Probe {
@@ -98,28 +124,48 @@ pub struct Probe {
     pub busy: Vec<String>,
     /// Every paused queue, when asked for.
     pub paused: Option<Vec<String>>,
+    /// A queue of those asked about for suspects that has one, if any.
+    pub suspects: Option<String>,
 }
 
-/// Which of `queues` have pending jobs, and with `pauses` which queues are paused: one
-/// statement however many queues an instance serves, so that an idle instance asks once per
-/// poll rather than once per queue. Each arm reads the first entry of one queue's range of
-/// the claim index `(status, queue, …)`, so the answer costs one index dive per queue
-/// whatever the backlogs hold; the paused queues are a few rows of `myjob_queues`. It does
-/// not look at `run_at`: a pending job not yet due (a row whose run_at an UPDATE moved later)
-/// is rare and short-lived, and costs one empty claim at most.
-pub async fn probe(conn: &mut Conn, queues: &[&str], pauses: bool) -> anyhow::Result<Probe> {
+/// Which of `queues` have pending jobs, with `pauses` which queues are paused, and which of
+/// `suspects` (the queues an instance with a free quarantine slot may take a suspect from)
+/// has a suspect: one statement however many queues an instance serves, so that an idle
+/// instance asks once per poll rather than once per queue. Each pending arm reads the first
+/// entry of one queue's range of the claim index `(status, queue, …)`, so the answer costs
+/// one index dive per queue whatever the backlogs hold; the suspects' arm reads the first
+/// entry of the `'suspect'` range for those queues; the paused queues are a few rows of
+/// `myjob_queues`. It does not look at `run_at`: a pending job not yet due (a row whose
+/// run_at an UPDATE moved later) is rare and short-lived, and costs one empty claim at most.
+pub async fn probe(
+    conn: &mut Conn,
+    queues: &[&str],
+    pauses: bool,
+    suspects: &[&str],
+) -> anyhow::Result<Probe> {
     const PENDING: u8 = 0;
+    const SUSPECT: u8 = 2;
     let arm = "(SELECT queue, 0 FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
                WHERE status = 'pending' AND queue = ? LIMIT 1)";
-    let mut arms = vec![arm; queues.len()];
-    let paused_arm = format!("(SELECT queue, 1 FROM ({}) AS paused)", queues::PAUSED);
+    let mut arms: Vec<String> = vec![arm.to_owned(); queues.len()];
     if pauses {
-        arms.push(&paused_arm);
+        arms.push(format!(
+            "(SELECT queue, 1 FROM ({}) AS paused)",
+            queues::PAUSED
+        ));
+    }
+    let mut params: Vec<Value> = queues.iter().map(|q| (*q).into()).collect();
+    if !suspects.is_empty() {
+        let (list, values) = in_list(suspects);
+        arms.push(format!(
+            "(SELECT queue, 2 FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+              WHERE status = 'suspect' AND queue IN ({list}) LIMIT 1)"
+        ));
+        params.extend(values);
     }
     if arms.is_empty() {
         return Ok(Probe::default());
     }
-    let params: Vec<Value> = queues.iter().map(|q| (*q).into()).collect();
     let rows: Vec<(Vec<u8>, u8)> = conn
         .exec(arms.join(" UNION ALL "), Params::Positional(params))
         .await
@@ -127,12 +173,14 @@ pub async fn probe(conn: &mut Conn, queues: &[&str], pauses: bool) -> anyhow::Re
     let mut probe = Probe {
         busy: Vec::new(),
         paused: pauses.then(Vec::new),
+        suspects: None,
     };
     for (queue, kind) in rows {
         // The column is binary: no name may make the conversion fail.
         let queue = String::from_utf8_lossy(&queue).into_owned();
         match (kind, probe.paused.as_mut()) {
             (PENDING, _) => probe.busy.push(queue),
+            (SUSPECT, _) => probe.suspects = Some(queue),
             (_, Some(paused)) => paused.push(queue),
             (_, None) => {}
         }
@@ -330,12 +378,13 @@ pub async fn write_outcomes(
                 }
                 continue;
             }
-            // Scheduled, out of the claim's range until the stager finds it due.
+            // Scheduled, out of the claim's range until the stager finds it due. A job that
+            // ended by itself is not what brought a worker down: its suspicion is cleared.
             Outcome::Retry { delay, error } => (
                 "UPDATE myjob_jobs SET status = 'scheduled', \
                      run_at = NOW(6) + INTERVAL ? MICROSECOND, \
                      last_error = ?, batch_id = NULL, owner_conn = NULL, owner_server = NULL, \
-                     worker = NULL, claimed_at = NULL \
+                     worker = NULL, claimed_at = NULL, suspicion = 0 \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
                 vec![(delay.as_micros() as u64).into(), error.as_str().into()],
             ),
@@ -344,8 +393,10 @@ pub async fn write_outcomes(
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
                 vec![error.as_str().into()],
             ),
+            // A suspect goes back to waiting for a quarantine slot.
             Outcome::Release => (
-                "UPDATE myjob_jobs SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, \
+                "UPDATE myjob_jobs SET status = IF(suspicion >= 2, 'suspect', 'pending'), \
+                     attempts = GREATEST(attempts, 1) - 1, \
                      batch_id = NULL, owner_conn = NULL, owner_server = NULL, worker = NULL, \
                      claimed_at = NULL \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
@@ -450,8 +501,11 @@ pub struct OldClaim {
     pub owner_conn: Option<u64>,
     pub owner_server: Option<String>,
     pub attempts: u32,
-    /// Rescues so far.
+    /// Rescues so far: deaths of its worker while it ran in quarantine.
     pub rescues: u32,
+    /// Deaths of its workers it was held at, up to 2 (see migration 8): at 2 it was claimed
+    /// as a suspect, into its instance's quarantine slot.
+    pub suspicion: u8,
     /// `host:pid:instance` of the claimer.
     pub worker: Option<String>,
 }
@@ -463,11 +517,12 @@ type OldClaimRow = (
     Option<String>,
     u32,
     u32,
+    u8,
     Option<String>,
 );
 
 fn old_claim(row: OldClaimRow) -> OldClaim {
-    let (id, batch_id, owner_conn, owner_server, attempts, rescues, worker) = row;
+    let (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker) = row;
     OldClaim {
         id,
         batch_id,
@@ -475,6 +530,7 @@ fn old_claim(row: OldClaimRow) -> OldClaim {
         owner_server,
         attempts,
         rescues,
+        suspicion,
         worker,
     }
 }
@@ -488,7 +544,7 @@ pub async fn old_claims(
 ) -> anyhow::Result<Vec<OldClaim>> {
     let rows: Vec<OldClaimRow> = conn
         .exec(
-            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, worker \
+            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker \
              FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
              WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
              ORDER BY claimed_at LIMIT ?",
@@ -516,7 +572,7 @@ pub async fn claims_of(
     let pattern = format!("{}:%:{}", escape(host), escape(instance));
     let rows: Vec<OldClaimRow> = conn
         .exec(
-            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, worker \
+            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker \
              FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
              WHERE status = 'claimed' AND worker LIKE ? LIMIT ?",
             (pattern, limit as u64),
@@ -529,65 +585,87 @@ pub async fn claims_of(
 /// What [`rescue`] did with a dead owner's claim.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Rescued {
-    /// Back to `pending`, due at once, the attempt given back.
+    /// Back to `pending`, due at once, the attempt given back: held at one death so far.
     Pending,
-    /// Failed: its worker vanished while running it `max_rescues` times.
+    /// Back as a `suspect`, to run in a quarantine slot; `charged` when it died there (the
+    /// rescue counted against `max_rescues`).
+    Suspect { charged: bool },
+    /// Failed: its worker died while running it in quarantine `max_rescues` times.
     Failed,
     /// The row had changed meanwhile (adopted, finished, or rescued by another reaper).
     Gone,
 }
 
-/// Rescues a dead owner's claim: back to `pending`, due at once, and the attempt is given
-/// back: it never reported a result, which is the worker's failure, not the job's (the same
-/// rule as a handler cut short by a shutdown). Each rescue is counted, and the one that
-/// reaches `max_rescues` fails the job instead: a job that brings its worker down (the OOM
-/// killer, a crash) would otherwise run for ever. Fenced by the batch_id and owner the reaper
-/// saw, so a claim that its worker's new connection adopted meanwhile is left alone. Served
-/// by the primary key.
+/// Rescues a dead owner's claim, and the attempt is given back: it never reported a result,
+/// which is the worker's failure, not the job's (the same rule as a handler cut short by a
+/// shutdown). Which of a dead worker's jobs brought it down is unknown, so a death charges
+/// none of them but raises their suspicion (see migration 8): at its first death a job goes
+/// back to `pending`, due at once; from its second it is a `suspect`, run one per instance in
+/// a quarantine slot. Only a suspect that dies in quarantine, where its instance ran no other
+/// suspect, is charged a rescue, and the one that reaches `max_rescues` fails the job
+/// instead: a job that brings its worker down must not run for ever, and the jobs running
+/// beside it are never failed for it. Fenced by the batch_id and owner the reaper saw, so a
+/// claim that its worker's new connection adopted meanwhile is left alone. Served by the
+/// primary key.
 pub async fn rescue(
     conn: &mut Conn,
     claim: &OldClaim,
     why: &str,
     max_rescues: u32,
 ) -> anyhow::Result<Rescued> {
-    let last_straw = claim.rescues + 1 >= max_rescues;
-    let (sql, error) = if last_straw {
-        (
-            "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ?, \
-                 rescues = rescues + 1 \
-             WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
-               AND status = 'claimed'",
+    // Claimed at suspicion 2, it was claimed as a suspect: into quarantine.
+    let charged = claim.suspicion >= 2;
+    let last_straw = charged && claim.rescues + 1 >= max_rescues;
+    let suspicion = (claim.suspicion + 1).min(2);
+    let fence = "WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
+                 AND status = 'claimed'";
+    if last_straw {
+        let error = format!(
+            "its worker died while running it in quarantine {} times (last: {why})",
+            claim.rescues + 1
+        );
+        conn.exec_drop(
             format!(
-                "its worker died while running it {} times (last: {why})",
-                claim.rescues + 1
+                "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ?, \
+                     rescues = rescues + 1 {fence}"
+            ),
+            (
+                error,
+                claim.id,
+                claim.batch_id,
+                claim.owner_conn,
+                &claim.owner_server,
             ),
         )
+        .await
     } else {
-        (
-            "UPDATE myjob_jobs SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, \
-                 run_at = NOW(6), last_error = ?, batch_id = NULL, owner_conn = NULL, \
-                 owner_server = NULL, worker = NULL, claimed_at = NULL, rescues = rescues + 1 \
-             WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
-               AND status = 'claimed'",
-            why.to_owned(),
+        let status = if suspicion >= 2 { "suspect" } else { "pending" };
+        conn.exec_drop(
+            format!(
+                "UPDATE myjob_jobs SET status = ?, suspicion = ?, \
+                     attempts = GREATEST(attempts, 1) - 1, run_at = NOW(6), last_error = ?, \
+                     batch_id = NULL, owner_conn = NULL, owner_server = NULL, worker = NULL, \
+                     claimed_at = NULL, rescues = rescues + ? {fence}"
+            ),
+            (
+                status,
+                suspicion,
+                why,
+                u32::from(charged),
+                claim.id,
+                claim.batch_id,
+                claim.owner_conn,
+                &claim.owner_server,
+            ),
         )
-    };
-    conn.exec_drop(
-        sql,
-        (
-            error,
-            claim.id,
-            claim.batch_id,
-            claim.owner_conn,
-            &claim.owner_server,
-        ),
-    )
-    .await
+        .await
+    }
     .context("rescuing a stale claim")?;
-    Ok(match (conn.affected_rows() == 1, last_straw) {
-        (false, _) => Rescued::Gone,
-        (true, false) => Rescued::Pending,
-        (true, true) => Rescued::Failed,
+    Ok(match (conn.affected_rows() == 1, last_straw, suspicion) {
+        (false, _, _) => Rescued::Gone,
+        (true, true, _) => Rescued::Failed,
+        (true, false, 2) => Rescued::Suspect { charged },
+        (true, false, _) => Rescued::Pending,
     })
 }
 
@@ -609,7 +687,7 @@ pub enum Enqueued {
     Inserted(u64),
     /// A pending job had the same unique key: its payload and run time were replaced.
     Replaced(u64),
-    /// A job with the same unique key is running now; nothing was changed.
+    /// A job with the same unique key is running now, or waits as a suspect; nothing was changed.
     Running(u64),
 }
 
