@@ -143,12 +143,19 @@ impl Bench {
         conn
     }
 
-    /// Inserts `n` pending jobs of 200 bytes, as an application would: plain multi-row INSERTs.
+    /// Inserts `n` pending jobs of 200 bytes into `bench`.
     pub(crate) async fn insert(&self, conn: &mut Conn, n: usize) {
+        self.insert_into(conn, "bench", n).await;
+    }
+
+    /// Inserts `n` pending jobs of 200 bytes into `queue`, as an application would: plain
+    /// multi-row INSERTs.
+    pub(crate) async fn insert_into(&self, conn: &mut Conn, queue: &str, n: usize) {
         let payload = "x".repeat(200);
+        let row = format!("('{queue}', ?)");
         for start in (0..n).step_by(1000) {
             let rows = (n - start).min(1000);
-            let values = vec!["('bench', ?)"; rows].join(", ");
+            let values = vec![row.as_str(); rows].join(", ");
             let params: Vec<mysql_async::Value> =
                 (0..rows).map(|_| payload.as_str().into()).collect();
             conn.exec_drop(

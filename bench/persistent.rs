@@ -9,6 +9,25 @@ use crate::harness::{mark, Bench, Handler};
 /// The argument that makes this binary a minimal persistent handler (see [`serve_ok`]).
 pub(crate) const PERSISTENT_OK: &str = "--persistent-ok";
 
+impl Handler {
+    /// This binary as a minimal persistent handler (see [`serve_ok`]).
+    pub(crate) fn minimal_persistent() -> Handler {
+        Handler {
+            argv: vec![
+                std::env::current_exe()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+                PERSISTENT_OK.to_owned(),
+            ],
+            persistent: true,
+            jobs: None,
+            other_queues: 0,
+        }
+    }
+}
+
 impl Bench {
     /// Item 9, persistent handlers: the same PHP handler body per job and persistent, the
     /// same for Python, a minimal persistent handler (this binary with [`PERSISTENT_OK`])
@@ -87,19 +106,7 @@ impl Bench {
                 mark(fast / slow >= 20.0)
             ));
         }
-        let ok = Handler {
-            argv: vec![
-                std::env::current_exe()
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .to_owned(),
-                PERSISTENT_OK.to_owned(),
-            ],
-            persistent: true,
-            jobs: None,
-            other_queues: 0,
-        };
+        let ok = Handler::minimal_persistent();
         let noop = self.throughput(1, 8, "myjob:noop", 0).await.rate;
         let minimal = self.throughput(1, 8, ok.clone(), 0).await.rate;
         self.line(&format!(

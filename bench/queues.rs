@@ -7,24 +7,11 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::*;
 
 use crate::harness::{mark, median, Bench, Handler, Workers};
-use crate::persistent::PERSISTENT_OK;
 
 impl Bench {
     /// Q = 1, 2 and 10 with one busy, per handler; then Q = 10, all busy.
     pub(crate) async fn queues_item(&mut self) {
-        let minimal = Handler {
-            argv: vec![
-                std::env::current_exe()
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .to_owned(),
-                PERSISTENT_OK.to_owned(),
-            ],
-            persistent: true,
-            jobs: None,
-            other_queues: 0,
-        };
+        let minimal = Handler::minimal_persistent();
         for (name, handler) in [
             ("`cat` per job", Handler::from("/bin/cat")),
             ("minimal persistent", minimal),
@@ -73,20 +60,8 @@ impl Bench {
         let mut spreads = Vec::new();
         for _ in 0..self.size.repeats {
             let mut conn = self.fresh().await;
-            let payload = "x".repeat(200);
             for q in 0..queues {
-                for start in (0..per_queue).step_by(1000) {
-                    let rows = (per_queue - start).min(1000);
-                    let values = vec![format!("('{}', ?)", queue_name(q)); rows].join(", ");
-                    let params: Vec<mysql_async::Value> =
-                        (0..rows).map(|_| payload.as_str().into()).collect();
-                    conn.exec_drop(
-                        format!("INSERT INTO myjob_jobs (queue, payload) VALUES {values}"),
-                        params,
-                    )
-                    .await
-                    .unwrap();
-                }
+                self.insert_into(&mut conn, &queue_name(q), per_queue).await;
             }
             let handler = Handler {
                 other_queues: queues - 1,
