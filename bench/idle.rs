@@ -4,27 +4,33 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
 
-use crate::harness::{cpu_ticks, mark, ticks_us, Bench, Workers};
+use crate::harness::{cpu_ticks, mark, ticks_us, Bench, Handler, Workers};
 
 impl Bench {
-    /// Queries/s and CPU of an idle instance at concurrency 64.
+    /// Queries/s and CPU of an idle instance at concurrency 64, serving 1 queue and 10.
     pub(crate) async fn idle_item(&mut self) {
-        let (qps, cpu) = self.idle().await;
-        self.line(&format!(
-            "| idle, concurrency 64: queries/s | {qps:.1} | | ≤ 5 {} |",
-            mark(qps <= 5.0)
-        ));
-        self.line(&format!(
-            "| idle, concurrency 64: CPU % of a core | {cpu:.2} | | < 1 {} |",
-            mark(cpu < 1.0)
-        ));
+        for queues in [1, 10] {
+            let (qps, cpu) = self.idle(queues).await;
+            self.line(&format!(
+                "| idle, concurrency 64, {queues} queue(s): queries/s | {qps:.1} | | ≤ 5 {} |",
+                mark(qps <= 5.0)
+            ));
+            self.line(&format!(
+                "| idle, concurrency 64, {queues} queue(s): CPU % of a core | {cpu:.2} | | < 1 {} |",
+                mark(cpu < 1.0)
+            ));
+        }
     }
 
-    /// An idle instance at concurrency 64: the queries/s it sends (the server's Questions,
-    /// less this probe's own) and its CPU, over `idle_secs`.
-    pub(crate) async fn idle(&self) -> (f64, f64) {
+    /// An idle instance at concurrency 64 serving `queues` queues: the queries/s it sends
+    /// (the server's Questions, less this probe's own) and its CPU, over `idle_secs`.
+    pub(crate) async fn idle(&self, queues: usize) -> (f64, f64) {
         let mut conn = self.fresh().await;
-        let config = self.config(64, &"/bin/cat".into(), "500ms");
+        let handler = Handler {
+            other_queues: queues - 1,
+            ..Handler::from("/bin/cat")
+        };
+        let config = self.config(64, &handler, "500ms");
         let workers = Workers(vec![self.start(&config, 1)]);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let pid = workers.0[0].id();

@@ -1,6 +1,7 @@
 //! The benchmark: `bench/run` (or `cargo bench --features bench --bench myjob -- [--smoke]
 //! [--rows-10m] [--latency-only] [--cat-only] [--backlog-only] [--growth-only]
-//! [--persistent-only] [--purge-only] [--queues-only] [--scheduled-only] [--heal-only]`).
+//! [--persistent-only] [--purge-only] [--idle-only] [--queues-only] [--scheduled-only]
+//! [--heal-only]`).
 //! Every figure is measured next to a ceiling of this machine measured in the same run, and
 //! reported as a ratio to it; the table goes to stdout and to bench/results/<date>.md. Every
 //! run's jobs are real rows, verified at the end (all done, each claimed once).

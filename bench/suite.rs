@@ -60,6 +60,12 @@ impl Bench {
             self.scheduled_item().await;
             return;
         }
+        if alone("--idle-only") {
+            // For working on item 5 alone.
+            self.line(head);
+            self.idle_item().await;
+            return;
+        }
         if alone("--heal-only") {
             // For working on item 13 alone.
             self.line(head);
