@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::proxy::Proxy;
+use common::proxy::{Fault, Proxy};
 use common::{edited, myjob, TestDb, Worker};
 use mysql_async::prelude::*;
 
@@ -283,6 +283,26 @@ async fn a_multiplexing_proxy_is_refused() {
     assert!(worker
         .log_text()
         .contains("a proxy multiplexes connections"));
+}
+
+/// The server's identity is its start time, read as the time now less the uptime, in two
+/// statements. A network that holds the second back for 3 s (a lost packet, a stunned VM)
+/// must not make it a server no reaper stamps: its claims would look dead and run again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stall_while_reading_the_identity_does_not_forge_a_server() {
+    let db = TestDb::new("identity_stall").await;
+    let direct = db.server_id().await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    proxy.arm(Fault::Stall("UNIX_TIMESTAMP", Duration::from_secs(3)));
+    let settings = myjob::config::DatabaseSettings::from_url(&proxy.url(&db)).unwrap();
+    let mut conn = myjob::db::connect(&settings).await.unwrap();
+    let through = myjob::db::ServerId::of(&mut conn).await.unwrap();
+    assert!(proxy.fired(), "the proxy never held the statement back");
+    assert!(
+        through.same_life(&direct),
+        "{through} read through a stall, {direct} directly"
+    );
 }
 
 /// Claims made through a server that is gone (a primary replaced by a failover, a restart
