@@ -48,8 +48,10 @@ use crate::store::jobs::{self, OldClaim, Rescued};
 use crate::store::servers;
 use crate::worker::name::WorkerName;
 
-/// The most stale claims handled in one pass; the rest wait for the next.
-const MAX_PER_PASS: usize = 1000;
+/// The most old claims read in one statement: a pass reads every one, a page at a time.
+const PAGE: usize = 1000;
+/// The most claims of the instance's previous run read at its start.
+const MAX_RECOVERED: usize = 1000;
 
 /// At start, how long the reaper keeps looking for claims of the instance's previous run
 /// whose connection the server still lists: a server notices a killed client's connection
@@ -192,7 +194,7 @@ impl Reaper {
             return Ok(false);
         }
         let me = &self.me;
-        let claims: Vec<OldClaim> = jobs::claims_of(conn, &me.host, &me.instance, MAX_PER_PASS)
+        let claims: Vec<OldClaim> = jobs::claims_of(conn, &me.host, &me.instance, MAX_RECOVERED)
             .await?
             .into_iter()
             .filter(|c| {
@@ -304,7 +306,18 @@ async fn reap(
     // a new owner_conn, and the reset below, fenced by the old one, leaves it alone.
     let stale_after = settings.reaper.stale_after;
     servers::prune(conn, FORGET_SERVERS_AFTER.max(stale_after * 2)).await?;
-    let old = jobs::old_claims(conn, stale_after, MAX_PER_PASS).await?;
+    // Every old claim, a page at a time: however many long jobs run, a dead claim behind
+    // them is judged.
+    let mut old = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = jobs::old_claims(conn, stale_after, cursor.as_ref(), PAGE).await?;
+        old.extend(page);
+        match next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
     let last_pass = std::mem::take(suspects);
     if old.is_empty() {
         return Ok(());

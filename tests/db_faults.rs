@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::proxy::Proxy;
+use common::proxy::{Fault, Proxy};
 use common::{edited, NotifySocket, TestDb, Worker};
 use mysql_async::prelude::*;
 
@@ -313,4 +313,94 @@ async fn prefetched_jobs_whose_claim_was_put_back_are_not_started() {
         let n = runs.iter().filter(|r| r.0 == *id).count();
         assert_eq!(n, 1, "job {id} ran {n} times");
     }
+}
+
+/// A deploy: SIGTERM, and while the instance drains its last job, the claim connection drops
+/// (a server `wait_timeout`, a proxy's idle timeout, a blip). The drain pings and re-owns its
+/// claims as the main loop does, so another instance's reaper never takes the running job and
+/// runs it a second time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_lost_during_the_drain_is_re_owned_and_the_job_runs_once() {
+    let db = TestDb::new("drain_ping").await;
+    let base = db.config("concurrency = 1", "");
+    let draining = db.path("draining.toml");
+    edited(
+        &base,
+        &draining,
+        &[("shutdown_timeout = \"5s\"", "shutdown_timeout = \"30s\"")],
+    );
+    // The other instance's reaper looks every 2 s, as a real one at a short interval would.
+    let other = db.path("other.toml");
+    edited(
+        &base,
+        &other,
+        &[("interval = \"500ms\"", "interval = \"2s\"")],
+    );
+
+    let mut a = Worker::start(&draining, "a");
+    a.wait_log("consumer: connected", 20).await;
+    let id = db.insert("q", &["sleep:12"]).await[0];
+    db.wait_count(&format!("id = {id} AND status = 'claimed'"), 1, 20)
+        .await;
+    let (_, _, batch, _, _) = db.job(id).await;
+    let b = Worker::start(&other, "b");
+    b.wait_log("consumer: connected", 20).await;
+    // Older than stale_after (2 s): only a live connection keeps it from the reaper.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    a.wait_log("draining", 10).await;
+    let mut conn = db.conn().await;
+    let owner: u64 = conn
+        .exec_first("SELECT owner_conn FROM myjob_jobs WHERE id = ?", (id,))
+        .await
+        .unwrap()
+        .unwrap();
+    conn.query_drop(format!("KILL CONNECTION {owner}"))
+        .await
+        .unwrap();
+
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 30)
+        .await;
+    assert_eq!(a.wait(20), Some(0), "{}", a.log_text());
+    let (_, attempts, done_batch, worker, _) = db.job(id).await;
+    assert_eq!((attempts, done_batch), (1, batch), "{}", b.log_text());
+    assert!(worker.unwrap().ends_with(":a"));
+    assert_eq!(db.runs().len(), 1, "{}", b.log_text());
+    assert!(
+        a.log_text().contains("adopted the claims of running jobs"),
+        "{}",
+        a.log_text()
+    );
+}
+
+/// The connection breaks between a claim's UPDATE (committed) and the SELECT that reads the
+/// batch back. The jobs are this instance's: it re-owns the batch on the new connection and
+/// reads it there, so they run once, soon, and nothing counts as a death of their worker.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_whose_read_back_failed_is_read_after_the_reconnect() {
+    let db = TestDb::new("unread_batch").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    // The read-back is the only statement with this text; the first one on any connection is
+    // its prepare, so the cut happens after the claim committed.
+    proxy.arm(Fault::Cut("ORDER BY priority DESC, id"));
+    let config = config_through(&db, &proxy, "proxied.toml", &[]);
+    let ids = db.insert("q", &["ok", "ok", "ok"]).await;
+    let worker = Worker::start(&config, "1");
+    db.wait_count("status = 'done'", 3, 20).await;
+    assert!(proxy.fired(), "the read-back was never cut");
+    let log = worker.log_text();
+    assert!(log.contains("reading the claimed batch"), "{log}");
+    assert!(!log.contains("stale claim put back"), "{log}");
+    let runs: Vec<u64> = db.runs().iter().map(|r| r.0).collect();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    for id in ids {
+        assert!(runs.contains(&id), "{id} never ran: {runs:?}");
+    }
+    assert_eq!(
+        db.count("attempts = 1 AND suspicion = 0 AND last_error IS NULL")
+            .await,
+        3
+    );
 }

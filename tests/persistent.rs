@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 /// A persistent handler in bash. Its first argument picks how it starts: `never-ready`,
 /// `die-at-start`, `slow-start`, `garbage-at-start`, or anything else (ready at once). Each
 /// start, each job and each exit is recorded. The payload picks what a job does: `sleep:N`,
-/// `retry`, `fail`, `garbage` (an answer outside the protocol), `exit` (dies mid-job),
+/// `retry`, `long-retry` (a reason of 65,000 control bytes), `fail`, `garbage` (an answer outside the protocol), `exit` (dies mid-job),
 /// `ignore-term:N`, `stderr`, `env`; anything else answers OK. Every payload is kept, byte for
 /// byte, in `payload.<id>`.
 const PERSISTENT: &str = r#"#!/bin/bash
@@ -39,6 +39,7 @@ while read -r word id attempt max batch len; do
   case "$p" in
     sleep:*) sleep "${p#sleep:}"; echo OK ;;
     retry) echo "RETRY the gateway said 503" ;;
+    long-retry) printf 'RETRY the gateway said: '; head -c 65000 /dev/zero | tr '\0' '\001'; echo ;;
     fail) echo "FAIL no such phone number" ;;
     garbage) echo "DONE" ;;
     exit) echo "dying mid-job" >&2; exit 3 ;;
@@ -200,6 +201,35 @@ async fn ok_retry_and_fail_answers_reach_the_table() {
     );
     // Answers that end a job leave the process serving: one start for all five runs.
     assert_eq!(records(&db, "starts").len(), 1);
+}
+
+/// A reason of 65,000 control bytes, each cleaned into three bytes of U+FFFD, is longer than
+/// `last_error` holds: it is cut to fit, and the job is retried as its answer asks, not failed
+/// by the server's refusal of the write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reason_longer_than_last_error_holds_is_cut_and_the_job_retried() {
+    let db = TestDb::new("persist_long_reason").await;
+    let config = config(&db, "ready", "concurrency = 1", "");
+    let id = db.insert("p", &["long-retry"]).await[0];
+    let w = Worker::start(&config, "1");
+    db.wait_count("status = 'failed'", 1, 30).await;
+    let (_, attempts, _, _, error) = db.job(id).await;
+    let error = error.unwrap();
+    assert_eq!(
+        attempts, 3,
+        "retried until its attempts ran out: {error:.300}"
+    );
+    assert!(
+        error.starts_with("attempt 3 of 3: the gateway said: \u{FFFD}"),
+        "{error:.300}"
+    );
+    assert!(error.len() <= 16 * 1024, "{} bytes", error.len());
+    assert!(
+        error.ends_with("(cut to 16 KiB)"),
+        "{}",
+        &error[error.len() - 100..]
+    );
+    assert!(!w.log_text().contains("refused"), "{:.2000}", w.log_text());
 }
 
 #[tokio::test(flavor = "multi_thread")]

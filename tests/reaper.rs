@@ -328,3 +328,51 @@ async fn a_restarted_instance_puts_back_its_previous_runs_claims_at_once() {
     assert!(ids.iter().all(|id| now.iter().any(|c| c.0 == *id)));
     drop((other, twin, second));
 }
+
+/// A thousand long jobs claimed an hour ago by a live connection, and one claim of a dead
+/// one made since: the reaper pages through every old claim, not only the oldest thousand.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_claim_behind_a_thousand_older_live_ones_is_put_back() {
+    let db = TestDb::new("reaper_pages").await;
+    let config = db.config("concurrency = 1", "");
+    let server = db.server_id().await.to_string();
+    // The live claimer: this connection, open for the whole test. Its jobs are of a queue the
+    // instance does not serve.
+    let mut holder = db.conn().await;
+    let live_conn: u64 = holder
+        .query_first("SELECT CONNECTION_ID()")
+        .await
+        .unwrap()
+        .unwrap();
+    db.insert_rows(
+        "(queue, payload, status, attempts, batch_id, owner_conn, owner_server, claimed_at)",
+        &format!(
+            "('other', 'x', 'claimed', 1, 7, {live_conn}, '{server}', NOW(6) - INTERVAL 1 HOUR)"
+        ),
+        1000,
+    )
+    .await;
+    let dead = db
+        .insert_sql(&format!(
+            "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id, owner_conn, \
+                 owner_server, claimed_at) \
+             VALUES ('q', 'ok', 'claimed', 1, 8, 999999999, '{server}', NOW(6) - INTERVAL 1 MINUTE)"
+        ))
+        .await;
+
+    let worker = Worker::start(&config, "1");
+    db.wait_count(&format!("id = {dead} AND status = 'done'"), 1, 20)
+        .await;
+    assert!(worker
+        .log_text()
+        .contains("reaper: stale claim put back: its claimer's connection 999999999 is gone"));
+    assert_eq!(
+        db.count(&format!(
+            "status = 'claimed' AND batch_id = 7 AND owner_conn = {live_conn}"
+        ))
+        .await,
+        1000,
+        "a live claim was touched"
+    );
+    holder.query_drop("DO 1").await.unwrap();
+}

@@ -73,6 +73,10 @@ pub struct Consumer {
     /// from whenever the slot and a handler slot are free, until a claim comes back empty:
     /// suspects follow each other without waiting for a poll.
     suspects: Option<String>,
+    /// Batches claimed (the claim committed) whose read-back failed: this instance's jobs,
+    /// re-owned at the reconnect and read then (see [`Consumer::read_unread`]), rather than
+    /// left to the reaper as a dead worker's.
+    unread: Vec<u64>,
 }
 
 impl Consumer {
@@ -99,6 +103,7 @@ impl Consumer {
             next_cancel_check: now,
             quarantine: None,
             suspects: None,
+            unread: Vec::new(),
         }
     }
 
@@ -116,6 +121,7 @@ impl Consumer {
             self.slots.sweep(&settings);
             self.fill(&settings);
             self.reconnect_if_due().await;
+            self.read_unread(&settings).await;
             let now = Instant::now();
             if self
                 .outbox
@@ -240,7 +246,11 @@ impl Consumer {
         let mut aborted = false;
         while !self.slots.is_empty() || self.slots.processes_leaving() {
             self.stats.beat();
-            let retry = (!self.link.is_up()).then(|| self.link.deadline());
+            // The link is tended as in the main loop, a drop noticed within a second and the
+            // claims re-owned on a new connection: a deploy is when a server or a proxy is
+            // also restarted, and a claim whose connection is gone would be put back by
+            // another instance's reaper and run again beside the handler still running here.
+            let wake = self.link.deadline().min(self.next_cancel_check);
             tokio::select! {
                 f = self.slots.next_in_drain() => if let Some(f) = f { self.finished(f) },
                 _ = sleep_until(deadline), if !aborted => {
@@ -248,8 +258,13 @@ impl Consumer {
                     self.slots.abort();
                     aborted = true;
                 }
-                _ = sleep_until(retry.unwrap_or(deadline)), if retry.is_some() => {}
+                _ = sleep_until(wake) => {}
             }
+            if Instant::now() >= self.next_cancel_check {
+                self.next_cancel_check = Instant::now() + CANCEL_CHECK;
+                self.check_cancelled().await;
+            }
+            self.link.keepalive().await;
             self.write_or_reconnect().await;
         }
         let give_up = Instant::now() + FINAL_WRITE;
@@ -415,11 +430,29 @@ impl Consumer {
             self.link.used();
             return failed.map_or(Ok(0), Err);
         }
-        let claimed = jobs::read_batch(conn, batch_id).await?;
+        let claimed = match jobs::read_batch(conn, batch_id).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                self.unread.push(batch_id);
+                return Err(e);
+            }
+        };
         self.link.used();
         self.stats.claimed();
         debug!(batch_id, jobs = claimed.len(), "claimed a batch");
         let got = claimed.len();
+        self.take(settings, batch_id, claimed);
+        match failed {
+            Some(e) => Err(e),
+            None => {
+                self.link.succeeded();
+                Ok(got)
+            }
+        }
+    }
+
+    /// Takes the jobs read back from a claim into the prefetch.
+    fn take(&mut self, settings: &Settings, batch_id: u64, claimed: Vec<jobs::ClaimedJob>) {
         for job in claimed {
             // Claimed by its exact name, so the lookup finds it; a claim that cannot be
             // started all the same goes back at once rather than sit claimed.
@@ -432,17 +465,40 @@ impl Consumer {
                 });
                 continue;
             };
+            if self.quarantine == Some(batch_id) {
+                info!(
+                    job_id = job.id,
+                    queue = %job.queue,
+                    "suspect claimed: it was running at two deaths of its workers; it runs in the quarantine slot, the one suspect of this instance"
+                );
+            }
             self.prefetch.push(Ready {
                 job,
                 batch_id,
                 queue,
             });
         }
-        match failed {
-            Some(e) => Err(e),
-            None => {
-                self.link.succeeded();
-                Ok(got)
+    }
+
+    /// Reads back the batches whose read-back failed (see `unread`), once the link is up
+    /// again and has re-owned them: their jobs run as if the claim had just been made.
+    async fn read_unread(&mut self, settings: &Settings) {
+        while let Some(&batch_id) = self.unread.first() {
+            let Some(conn) = self.link.conn() else {
+                return;
+            };
+            match jobs::read_batch(conn, batch_id).await {
+                Ok(claimed) => {
+                    self.link.succeeded();
+                    self.unread.remove(0);
+                    info!(
+                        batch_id,
+                        jobs = claimed.len(),
+                        "consumer: read back the batch claimed before the connection broke"
+                    );
+                    self.take(settings, batch_id, claimed);
+                }
+                Err(e) => return self.db_error(e).await,
             }
         }
     }
@@ -459,6 +515,7 @@ impl Consumer {
             .batches()
             .chain(self.prefetch.batches())
             .chain(self.outbox.batches())
+            .chain(self.unread.iter().copied())
             .any(|b| b == batch);
         if !held {
             self.quarantine = None;
@@ -476,38 +533,31 @@ impl Consumer {
         let Some((conn, server)) = self.link.claimer() else {
             return Ok(());
         };
-        let Some(queue_settings) = settings.queue(&queue).cloned() else {
+        if settings.queue(&queue).is_none() {
             self.suspects = None;
             return Ok(());
-        };
+        }
         let batch_id = jobs::new_batch_id();
         let who = Claimer {
             owner_server: server,
             worker: &self.worker,
         };
-        let claimed = match jobs::claim_suspect(conn, batch_id, &queue, &who).await? {
-            true => jobs::read_batch(conn, batch_id).await?,
-            false => Vec::new(),
-        };
-        self.link.used();
-        if claimed.is_empty() {
+        if !jobs::claim_suspect(conn, batch_id, &queue, &who).await? {
+            self.link.used();
             self.suspects = None;
             return Ok(());
         }
-        for job in claimed {
-            info!(
-                job_id = job.id,
-                queue = %job.queue,
-                "suspect claimed: it was running at two deaths of its workers; it runs in the quarantine slot, the one suspect of this instance"
-            );
-            self.quarantine = Some(batch_id);
-            self.prefetch.push(Ready {
-                job,
-                batch_id,
-                queue: queue_settings.clone(),
-            });
-        }
+        // Claimed: the quarantine slot is its from now, read back or not.
+        self.quarantine = Some(batch_id);
+        let claimed = match jobs::read_batch(conn, batch_id).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                self.unread.push(batch_id);
+                return Err(e);
+            }
+        };
         self.link.succeeded();
+        self.take(settings, batch_id, claimed);
         Ok(())
     }
 
@@ -523,11 +573,11 @@ impl Consumer {
             }
             Outcome::Retry { delay, error } => {
                 self.stats.retried.fetch_add(1, Relaxed);
-                warn!(job_id, attempt, retry_in = %humantime::format_duration(*delay), "job failed, will retry: {error}");
+                warn!(job_id, attempt, retry_in = %humantime::format_duration(*delay), "job failed, will retry: {}", jobs::fit_error(error));
             }
             Outcome::Fail { error } => {
                 self.stats.failed.fetch_add(1, Relaxed);
-                error!(job_id, attempt, "job failed: {error}");
+                error!(job_id, attempt, "job failed: {}", jobs::fit_error(error));
             }
             Outcome::Release => info!(
                 job_id,
@@ -540,6 +590,10 @@ impl Consumer {
 
     /// Writes the outbox; on an error the outcomes stay for the next write.
     async fn write(&mut self) {
+        // Nothing to write is not a statement that succeeded: the keepalive still pings.
+        if self.outbox.is_empty() {
+            return;
+        }
         let Some(conn) = self.link.conn() else {
             return;
         };
@@ -604,6 +658,7 @@ impl Consumer {
             .batches()
             .chain(self.prefetch.batches())
             .chain(self.outbox.batches())
+            .chain(self.unread.iter().copied())
             .collect();
         batches.sort_unstable();
         batches.dedup();

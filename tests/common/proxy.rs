@@ -3,9 +3,21 @@
 //! while the server itself keeps running for every other test.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
+
+/// A fault the proxy applies once, to the first packet from a client that holds a pattern
+/// (a statement's text, say): a network that holds one packet back, or breaks one connection.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Forward it only after this long.
+    Stall(&'static str, Duration),
+    /// Close that connection instead of forwarding it.
+    Cut(&'static str),
+}
 
 pub struct Proxy {
     pub port: u16,
@@ -13,6 +25,8 @@ pub struct Proxy {
     /// Hand clients a connection id of the proxy's own in the server's greeting, as a proxy
     /// that multiplexes client sessions over server connections does (ProxySQL, say).
     own_ids: bool,
+    /// Applied once, then gone (see [`Fault`]).
+    fault: Arc<Mutex<Option<Fault>>>,
     /// Cancelled by `down`: stops accepting and closes every connection made while up.
     up: Arc<Mutex<Option<CancellationToken>>>,
 }
@@ -30,6 +44,7 @@ impl Proxy {
             port,
             upstream: format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()),
             own_ids: false,
+            fault: Arc::new(Mutex::new(None)),
             up: Arc::new(Mutex::new(None)),
         }
     }
@@ -39,6 +54,16 @@ impl Proxy {
         let mut proxy = Proxy::new();
         proxy.own_ids = true;
         proxy
+    }
+
+    /// Arms a fault for the next packet that matches it (see [`Fault`]).
+    pub fn arm(&self, fault: Fault) {
+        *self.fault.lock().unwrap() = Some(fault);
+    }
+
+    /// Whether the armed fault has been applied.
+    pub fn fired(&self) -> bool {
+        self.fault.lock().unwrap().is_none()
     }
 
     /// The test database's url, through the proxy.
@@ -60,6 +85,7 @@ impl Proxy {
         *self.up.lock().unwrap() = Some(token.clone());
         let upstream = self.upstream.clone();
         let own_ids = self.own_ids;
+        let fault = self.fault.clone();
         tokio::spawn(async move {
             loop {
                 let (client, _) = tokio::select! {
@@ -71,6 +97,7 @@ impl Proxy {
                 };
                 let token = token.clone();
                 let upstream = upstream.clone();
+                let fault = fault.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(&upstream).await else {
                         return;
@@ -83,9 +110,12 @@ impl Proxy {
                     {
                         return;
                     }
+                    let (mut from_server, to_server) = server.into_split();
+                    let (from_client, mut to_client) = client.into_split();
                     tokio::select! {
                         _ = token.cancelled() => {}
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
+                        _ = forward(from_client, to_server, &fault) => {}
                     }
                 });
             }
@@ -106,13 +136,51 @@ impl Drop for Proxy {
     }
 }
 
+/// Copies a client's packets to the server, applying the armed fault to the first that
+/// matches it.
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    fault: &Mutex<Option<Fault>>,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let chunk = &buf[..n];
+        let fired = {
+            let mut armed = fault.lock().unwrap();
+            let hit = match armed.as_ref() {
+                Some(Fault::Stall(p, _)) | Some(Fault::Cut(p)) => contains(chunk, p.as_bytes()),
+                None => false,
+            };
+            if hit {
+                armed.take()
+            } else {
+                None
+            }
+        };
+        match fired {
+            Some(Fault::Stall(_, delay)) => tokio::time::sleep(delay).await,
+            Some(Fault::Cut(_)) => return Ok(()),
+            None => {}
+        }
+        to.write_all(chunk).await?;
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 /// Reads the server's greeting (protocol 10: header, version byte, version string and NUL,
 /// then the 4-byte connection id) and forwards it with the id changed.
 async fn pass_greeting_with_own_id(
     server: &mut TcpStream,
     client: &mut TcpStream,
 ) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut header = [0u8; 4];
     server.read_exact(&mut header).await?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;

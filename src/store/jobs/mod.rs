@@ -338,6 +338,27 @@ pub struct Completion {
     pub outcome: Outcome,
 }
 
+/// The most bytes of a handler's reason `last_error` keeps. The column is TEXT (65,535
+/// bytes), and a persistent handler may answer with 64 KiB, each control byte cleaned into
+/// the three of U+FFFD: a reason the column cannot hold would make the server refuse the
+/// outcome's write, and a retry end as a failure.
+const LAST_ERROR_MAX: usize = 16 * 1024;
+/// What ends a reason cut to [`LAST_ERROR_MAX`].
+const CUT_MARK: &str = " … (cut to 16 KiB)";
+
+/// `error` as `last_error` keeps it: whole when it fits in [`LAST_ERROR_MAX`] bytes, else its
+/// beginning, cut on a character boundary, and a mark that says so.
+pub fn fit_error(error: &str) -> String {
+    if error.len() <= LAST_ERROR_MAX {
+        return error.to_owned();
+    }
+    let mut end = LAST_ERROR_MAX - CUT_MARK.len();
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{CUT_MARK}", &error[..end])
+}
+
 /// One fenced UPDATE about finished jobs.
 struct Statement {
     sql: String,
@@ -386,12 +407,12 @@ pub async fn write_outcomes(
                      last_error = ?, batch_id = NULL, owner_conn = NULL, owner_server = NULL, \
                      worker = NULL, claimed_at = NULL, suspicion = 0 \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
-                vec![(delay.as_micros() as u64).into(), error.as_str().into()],
+                vec![(delay.as_micros() as u64).into(), fit_error(error).into()],
             ),
             Outcome::Fail { error } => (
                 "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
-                vec![error.as_str().into()],
+                vec![fit_error(error).into()],
             ),
             // A suspect goes back to waiting for a quarantine slot.
             Outcome::Release => (
@@ -535,24 +556,75 @@ fn old_claim(row: OldClaimRow) -> OldClaim {
     }
 }
 
-/// Claims made more than `older_than` ago (at most `limit` of them). Served by the stale
-/// index `(status, claimed_at)`.
+/// Where a page of [`old_claims`] ended: the next page starts after it.
+#[derive(Debug, Clone)]
+pub struct ClaimCursor {
+    /// `claimed_at` as the server sent it, bound back as it came.
+    claimed_at: Value,
+    id: u64,
+}
+
+/// One page of the claims made more than `older_than` ago, oldest first, from `after` on (at
+/// most `limit` of them), and the cursor of the next page when this one was full. Served by
+/// the stale index `(status, claimed_at)`, whose entries end with the primary key: the order
+/// is the index's, and each page starts where the last ended, so long-running claims never
+/// hide the ones behind them.
 pub async fn old_claims(
     conn: &mut Conn,
     older_than: Duration,
+    after: Option<&ClaimCursor>,
     limit: usize,
-) -> anyhow::Result<Vec<OldClaim>> {
-    let rows: Vec<OldClaimRow> = conn
+) -> anyhow::Result<(Vec<OldClaim>, Option<ClaimCursor>)> {
+    let mut params: Vec<Value> = vec![(older_than.as_micros() as u64).into()];
+    let range = match after {
+        None => "",
+        Some(c) => {
+            params.extend([c.claimed_at.clone(), c.claimed_at.clone(), c.id.into()]);
+            "AND (claimed_at > ? OR (claimed_at = ? AND id > ?)) "
+        }
+    };
+    params.push((limit as u64).into());
+    type Row = (
+        u64,
+        Option<u64>,
+        Option<u64>,
+        Option<String>,
+        u32,
+        u32,
+        u8,
+        Option<String>,
+        Value,
+    );
+    let rows: Vec<Row> = conn
         .exec(
-            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker \
-             FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
-             WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
-             ORDER BY claimed_at LIMIT ?",
-            (older_than.as_micros() as u64, limit as u64),
+            format!(
+                "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, \
+                     worker, claimed_at \
+                 FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
+                 WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
+                 {range}ORDER BY claimed_at, id LIMIT ?"
+            ),
+            Params::Positional(params),
         )
         .await
         .context("reading old claims")?;
-    Ok(rows.into_iter().map(old_claim).collect())
+    let mut claims = Vec::with_capacity(rows.len());
+    let mut last = None;
+    for (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, at) in rows {
+        last = Some(ClaimCursor { claimed_at: at, id });
+        claims.push(old_claim((
+            id,
+            batch_id,
+            owner_conn,
+            owner_server,
+            attempts,
+            rescues,
+            suspicion,
+            worker,
+        )));
+    }
+    let next = last.filter(|_| claims.len() >= limit);
+    Ok((claims, next))
 }
 
 /// The claims of workers named `host:<any pid>:instance`, however recent (at most `limit`).
@@ -753,5 +825,18 @@ mod tests {
         assert_eq!(v.len(), 4);
         assert_eq!(v[3], Value::from(3u64));
         assert_eq!(in_list(&[7u64]).0, "?");
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_on_a_character_boundary() {
+        assert_eq!(fit_error("short"), "short");
+        let fits = "x".repeat(LAST_ERROR_MAX);
+        assert_eq!(fit_error(&fits), fits);
+        // Three-byte characters: the cut falls inside one and moves back to its start.
+        let long = "\u{FFFD}".repeat(20_000);
+        let cut = fit_error(&long);
+        assert!(cut.len() <= LAST_ERROR_MAX, "{}", cut.len());
+        assert!(cut.len() > LAST_ERROR_MAX - CUT_MARK.len() - 3);
+        assert!(cut.starts_with('\u{FFFD}') && cut.ends_with(CUT_MARK));
     }
 }
