@@ -63,14 +63,21 @@ const RECOVER_FOR: Duration = Duration::from_secs(10);
 /// moments, and the put-back, fenced by the owner the first look saw, then changes nothing.
 const RECOVER_CONFIRM: Duration = Duration::from_secs(2);
 
+/// The largest `wait_timeout` a server accepts (a year, on Linux).
+const MAX_WAIT_TIMEOUT: u64 = 31_536_000;
+
 /// Servers not heard of for this long are forgotten (they count as gone before that).
 const FORGET_SERVERS_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 pub struct Reaper {
     db: DatabaseSettings,
     settings: watch::Receiver<Arc<Settings>>,
-    /// The connection, the server it reaches, and since when.
+    /// The connection, the server it reaches, and since when the reaper has reached that
+    /// server's life (see [`Reaper::connect`]).
     conn: Option<(Conn, ServerId, Instant)>,
+    /// The server life the last connection reached, since when, and when a pass last
+    /// succeeded on it: a reconnect to the same life soon after keeps the time.
+    reached: Option<(ServerId, Instant, Instant)>,
     /// The missing-PROCESS error is logged once, not every interval.
     refused: bool,
     /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
@@ -101,6 +108,7 @@ impl Reaper {
             db,
             settings,
             conn: None,
+            reached: None,
             refused: false,
             suspects: HashSet::new(),
             me,
@@ -120,6 +128,7 @@ impl Reaper {
                 _ = tokio::time::sleep(interval) => {}
             }
             let Err(e) = self.pass(&shutdown).await else {
+                self.pass_succeeded();
                 continue;
             };
             let kept = match (db::classify(&e), self.conn.as_mut()) {
@@ -138,14 +147,52 @@ impl Reaper {
         }
     }
 
-    /// Connects if there is no connection.
+    /// Connects if there is no connection. The session's `wait_timeout` outlasts a few
+    /// intervals, so that a server whose own is shorter does not close it between passes.
+    /// When something else does (a proxy's idle timeout) and the new connection reaches the
+    /// same start of the same server within an interval or two, the time the reaper has
+    /// reached it counts on: that server did not restart or fail over, so nothing its
+    /// claimers must reconnect after happened (see `settled` in [`Reaper::pass`]).
     async fn connect(&mut self) -> anyhow::Result<()> {
-        if self.conn.is_none() {
-            let mut conn = db::connect(&self.db).await?;
-            let server = ServerId::of(&mut conn).await?;
-            self.conn = Some((conn, server, Instant::now()));
+        if let Some((conn, ..)) = self.conn.as_mut() {
+            if conn.ping().await.is_ok() {
+                return Ok(());
+            }
+            // Closed while it waited for the pass: a new one, without a failed pass.
+            self.conn = None;
         }
+        let (interval, stale_after) = {
+            let settings = self.settings.borrow();
+            (settings.reaper.interval, settings.reaper.stale_after)
+        };
+        let mut conn = db::connect(&self.db).await?;
+        let server = ServerId::of(&mut conn).await?;
+        let wait = (interval * 3).max(Duration::from_secs(60)).as_secs();
+        conn.query_drop(format!(
+            "SET SESSION wait_timeout = {}",
+            wait.min(MAX_WAIT_TIMEOUT)
+        ))
+        .await
+        .context("setting the session's wait_timeout")?;
+        let now = Instant::now();
+        let since = match &self.reached {
+            Some((life, since, ok))
+                if life.same_life(&server) && ok.elapsed() <= interval * 2 + stale_after =>
+            {
+                *since
+            }
+            _ => now,
+        };
+        self.reached = Some((server.clone(), since, now));
+        self.conn = Some((conn, server, since));
         Ok(())
+    }
+
+    /// A pass succeeded on the connection: see `reached`.
+    fn pass_succeeded(&mut self) {
+        if let Some((_, _, ok)) = self.reached.as_mut() {
+            *ok = Instant::now();
+        }
     }
 
     /// Puts back the claims of this instance's previous run whose connection is gone, once a

@@ -368,3 +368,37 @@ async fn claims_of_a_server_that_is_gone_come_back() {
         "the live job ran once"
     );
 }
+
+/// A proxy closes connections idle for 3 s, and the reaper looks every 5 s: each pass finds
+/// its connection closed and makes a new one to the same server. The time it has been
+/// connected to that server's life counts across those reconnects, so a claim of the server's
+/// earlier life (before a restart) still comes back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reaper_whose_idle_connection_is_closed_still_puts_back_an_earlier_lifes_claims() {
+    let db = TestDb::new("reaper_idle_closed").await;
+    let proxy = Proxy::idle_timeout(Duration::from_secs(3));
+    proxy.up().await;
+    let config = db.config("concurrency = 1", "");
+    let through = db.path("through.toml");
+    let url = proxy.url(&db);
+    edited(
+        &config,
+        &through,
+        &[
+            (db.url.as_str(), url.as_str()),
+            ("interval = \"500ms\"", "interval = \"5s\""),
+        ],
+    );
+    let me = db.server_id().await;
+    let earlier = myjob::db::ServerId {
+        started: me.started - 1000,
+        ..me
+    };
+    let id = db.insert_abandoned_claim(&earlier.to_string()).await;
+    let worker = Worker::start(&through, "1");
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 40)
+        .await;
+    let log = worker.log_text();
+    assert!(log.contains("reaper: stale claim put back"), "{log}");
+    assert!(!log.contains("reconnecting at the next pass"), "{log}");
+}

@@ -27,6 +27,9 @@ pub struct Proxy {
     own_ids: bool,
     /// Applied once, then gone (see [`Fault`]).
     fault: Arc<Mutex<Option<Fault>>>,
+    /// Closes a connection whose client sent nothing for this long, as proxies and load
+    /// balancers with an idle timeout do.
+    idle: Option<Duration>,
     /// Cancelled by `down`: stops accepting and closes every connection made while up.
     up: Arc<Mutex<Option<CancellationToken>>>,
 }
@@ -45,6 +48,7 @@ impl Proxy {
             upstream: format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()),
             own_ids: false,
             fault: Arc::new(Mutex::new(None)),
+            idle: None,
             up: Arc::new(Mutex::new(None)),
         }
     }
@@ -53,6 +57,13 @@ impl Proxy {
     pub fn multiplexing() -> Proxy {
         let mut proxy = Proxy::new();
         proxy.own_ids = true;
+        proxy
+    }
+
+    /// A proxy that closes connections idle for `idle` (see `idle`).
+    pub fn idle_timeout(idle: Duration) -> Proxy {
+        let mut proxy = Proxy::new();
+        proxy.idle = Some(idle);
         proxy
     }
 
@@ -86,6 +97,7 @@ impl Proxy {
         let upstream = self.upstream.clone();
         let own_ids = self.own_ids;
         let fault = self.fault.clone();
+        let idle = self.idle;
         tokio::spawn(async move {
             loop {
                 let (client, _) = tokio::select! {
@@ -115,7 +127,7 @@ impl Proxy {
                     tokio::select! {
                         _ = token.cancelled() => {}
                         _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
-                        _ = forward(from_client, to_server, &fault) => {}
+                        _ = forward(from_client, to_server, &fault, idle) => {}
                     }
                 });
             }
@@ -142,10 +154,18 @@ async fn forward(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     fault: &Mutex<Option<Fault>>,
+    idle: Option<Duration>,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = from.read(&mut buf).await?;
+        let read = from.read(&mut buf);
+        let n = match idle {
+            None => read.await?,
+            Some(idle) => match tokio::time::timeout(idle, read).await {
+                Ok(n) => n?,
+                Err(_) => return Ok(()),
+            },
+        };
         if n == 0 {
             return Ok(());
         }
