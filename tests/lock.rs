@@ -338,3 +338,74 @@ async fn lease_rows_are_taken_renewed_expired_and_released() {
         .unwrap();
     assert_eq!(left, Some(0));
 }
+
+/// The server frees a named lock the moment its holder's connection dies, while the holder
+/// notices only at its next check and then gives its command `--kill-grace`. A holder that
+/// gets the lock then waits that out: the two commands never overlap. A lock released by its
+/// holder passes on at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_lost_with_its_connection_passes_on_only_after_the_command_is_stopped() {
+    let db = TestDb::new("lock_lost_overlap").await;
+    let config = db.config("", "");
+    let name = format!("{}.overlap", db.name);
+    let (pid1, verdict) = (db.path("pid1"), db.path("verdict"));
+    // The first command ignores SIGTERM: it lives on for the whole grace after its lock is lost.
+    let first_script = format!("trap '' TERM; echo $$ > {p}; sleep 60", p = pid1.display());
+    let mut first = start(
+        &config,
+        &[&name, "--kill-grace", "2s", "--", "sh", "-c", &first_script],
+    );
+    let pid = pid_in(&pid1).await;
+    let conn_id = holder(&db, &name).await;
+    // The second waits for the lock, and says whether the first command still ran at its start.
+    let second_script = format!(
+        "if kill -0 {pid} 2>/dev/null; then echo overlap; else echo alone; fi > {v}",
+        v = verdict.display()
+    );
+    let second = start(
+        &config,
+        &[&name, "--wait", "60s", "--", "sh", "-c", &second_script],
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    db.conn()
+        .await
+        .query_drop(format!("KILL CONNECTION {conn_id}"))
+        .await
+        .unwrap();
+
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&verdict).unwrap().trim(),
+        "alone",
+        "the second command started while the first still ran:\n{err}"
+    );
+    assert_eq!(first.wait().unwrap().code(), Some(75));
+    assert!(!alive(pid));
+
+    // Released by its holder, the lock passes on without a wait.
+    let (code, err) = lock(&config, &[&name, "--", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = lock(&config, &[&name, "--", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("waiting"), "{err}");
+}
+
+/// Without myjob_locks (never migrated) a holder cannot tell whether the last one released
+/// the lock: it says so, waits out a holder's stop, and runs the command.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_marker_table_a_holder_waits_and_says_why() {
+    let db = TestDb::empty("lock_no_table").await;
+    if galera(&db).await {
+        // A lease needs the table: without it myjob lock refuses to run there.
+        return;
+    }
+    let config = db.config("", "");
+    let name = format!("{}.no_table", db.name);
+    let started = Instant::now();
+    let (code, err) = lock(&config, &[&name, "--kill-grace", "1s", "--", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("cannot keep its marker"), "{err}");
+    assert!(started.elapsed() >= Duration::from_secs(7), "{err}");
+}

@@ -1,6 +1,7 @@
 //! Every statement about `myjob_locks`: the leases `myjob lock` holds on a Galera cluster,
-//! where GET_LOCK's named locks would hold on one node only (see migration 5). Each finds its
-//! row by the primary key, `name`.
+//! where GET_LOCK's named locks would hold on one node only (see migration 5), and elsewhere
+//! the markers of named locks held (see migration 9). Each finds its row by the primary key,
+//! `name`.
 //!
 //! Expiry is judged by the clock of the node that asks, against the time the holder's node
 //! wrote: the nodes' clocks must agree to within the lease's margin (NTP keeps them within
@@ -73,4 +74,37 @@ pub async fn release(conn: &mut Conn, name: &str, token: u64) -> anyhow::Result<
     )
     .await
     .with_context(|| format!("releasing the lease of lock {name}"))
+}
+
+/// While `holder` holds the named lock `name`: writes its marker, which says how long after
+/// losing the lock it may take to stop its command, and returns that of a marker left behind,
+/// if any: the last holder lost the lock without releasing it, maybe a moment ago, and its
+/// command may still run for that long. Only the holder of the named lock writes the row.
+pub async fn mark(
+    conn: &mut Conn,
+    name: &str,
+    holder: &Holder<'_>,
+    stop_within: Duration,
+) -> anyhow::Result<Option<Duration>> {
+    let left: Option<u64> = conn
+        .exec_first(
+            "SELECT stop_within_ms FROM myjob_locks WHERE name = ?",
+            (name,),
+        )
+        .await
+        .with_context(|| format!("reading the marker of lock {name}"))?;
+    conn.exec_drop(
+        "REPLACE INTO myjob_locks \
+             (name, holder, held_by, owner_conn, renewed_at, stop_within_ms) \
+         VALUES (?, ?, ?, CONNECTION_ID(), NOW(6), ?)",
+        (
+            name,
+            holder.token,
+            holder.held_by,
+            stop_within.as_millis() as u64,
+        ),
+    )
+    .await
+    .with_context(|| format!("writing the marker of lock {name}"))?;
+    Ok(left.map(Duration::from_millis))
 }

@@ -47,6 +47,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "suspects",
         include_str!("../../migrations/0008_suspects.sql"),
     ),
+    (
+        9,
+        "lock_markers",
+        include_str!("../../migrations/0009_lock_markers.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

@@ -2,7 +2,13 @@
 //! cluster a lease row of `myjob_locks`.
 //!
 //! A named lock (`GET_LOCK`) lives and dies with its connection: the server frees it the
-//! moment the connection ends, so a lost connection means a lost lock. A Galera node keeps
+//! moment the connection ends, so a lost connection means a lost lock, while the holder
+//! learns of it only at its next check and then gives its command `--kill-grace`. So a holder
+//! keeps a marker row in `myjob_locks` while it holds the lock and deletes it when it
+//! releases the lock itself; a new holder that finds a marker left behind waits out the old
+//! holder's check, its answer and its grace before it starts its command (see migration 9).
+//! A lock released by its holder passes on at once. Without the table (not migrated, not
+//! granted) every new holder waits that long, since it cannot tell. A Galera node keeps
 //! named locks to itself, so there the lock is a lease, replicated to every node: renewed
 //! every second, and taken over by another only once it has gone unrenewed for the lease's
 //! length, 15 s plus `--kill-grace`. The holder stops its command (SIGTERM, then SIGKILL
@@ -17,6 +23,7 @@ use anyhow::anyhow;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use tokio::time::{sleep, timeout, Instant};
+use tracing::{info, warn};
 
 use crate::db;
 use crate::store::locks;
@@ -31,10 +38,16 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a waiter tries a lease again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 
+/// How long after its named lock is lost a holder may take to stop its command: its next
+/// check, the check's answer, and the grace.
+fn stop_within(kill_grace: Duration) -> Duration {
+    super::CHECK_EVERY + CHECK_TIMEOUT + kill_grace
+}
+
 /// A lock held.
 pub enum Held {
-    /// `GET_LOCK` on the connection.
-    Named,
+    /// `GET_LOCK` on the connection, and the token of its marker row, if it could write one.
+    Named { marker: Option<u64> },
     /// A lease row, with the token that fences its renewals and when the server last
     /// confirmed one (the time the renewal was sent).
     Lease {
@@ -55,14 +68,6 @@ impl Held {
         wait: Duration,
         kill_grace: Duration,
     ) -> anyhow::Result<Option<Held>> {
-        if !galera {
-            let got: Option<Option<i64>> = conn
-                .exec_first("SELECT GET_LOCK(?, ?)", (name, wait.as_secs_f64()))
-                .await
-                .map_err(|e| anyhow!("cannot take it: {}", db::describe(&e)))?;
-            return Ok((got.flatten() == Some(1)).then_some(Held::Named));
-        }
-        let lease = LEASE_BASE + kill_grace;
         let host = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".into());
@@ -71,6 +76,17 @@ impl Held {
             token: crate::store::jobs::new_batch_id(),
             held_by: &held_by,
         };
+        if !galera {
+            let got: Option<Option<i64>> = conn
+                .exec_first("SELECT GET_LOCK(?, ?)", (name, wait.as_secs_f64()))
+                .await
+                .map_err(|e| anyhow!("cannot take it: {}", db::describe(&e)))?;
+            if got.flatten() != Some(1) {
+                return Ok(None);
+            }
+            return Self::named(conn, name, &holder, kill_grace).await.map(Some);
+        }
+        let lease = LEASE_BASE + kill_grace;
         let deadline = Instant::now() + wait;
         loop {
             let sent = Instant::now();
@@ -96,12 +112,48 @@ impl Held {
         }
     }
 
+    /// Just after `GET_LOCK`: writes the marker, and waits out the last holder's command if
+    /// it left its marker behind, or if there is no telling.
+    async fn named(
+        conn: &mut Conn,
+        name: &str,
+        holder: &locks::Holder<'_>,
+        kill_grace: Duration,
+    ) -> anyhow::Result<Held> {
+        let own = stop_within(kill_grace);
+        let (marker, wait) = match locks::mark(conn, name, holder, own).await {
+            Ok(None) => (Some(holder.token), None),
+            Ok(Some(left)) => {
+                info!(
+                    lock = %name,
+                    "its last holder lost it without releasing it: waiting {} for that holder to stop its command",
+                    humantime::format_duration(left)
+                );
+                (Some(holder.token), Some(left))
+            }
+            Err(e) if db::classify(&e) != db::Failure::Connection || is_missing(&e) => {
+                warn!(
+                    lock = %name,
+                    "cannot keep its marker ({}), so whether its last holder released it cannot be told: waiting {} for that holder to stop its command (run myjob migrate, and grant the account myjob_locks)",
+                    crate::error::chain(&*e),
+                    humantime::format_duration(own)
+                );
+                (None, Some(own))
+            }
+            Err(e) => return Err(anyhow!("cannot take it: {}", crate::error::chain(&*e))),
+        };
+        if let Some(wait) = wait {
+            sleep(wait).await;
+        }
+        Ok(Held::Named { marker })
+    }
+
     /// When the command must be stopped at the latest, if the lock is not confirmed again
     /// before: a lease's last confirmed renewal, plus the lease, less the grace the command
     /// gets after SIGTERM and the margin. None for a named lock.
     pub fn stop_by(&self) -> Option<Instant> {
         match self {
-            Held::Named => None,
+            Held::Named { .. } => None,
             Held::Lease {
                 lease,
                 kill_grace,
@@ -120,7 +172,7 @@ impl Held {
         };
         let sent = Instant::now();
         match self {
-            Held::Named => {
+            Held::Named { .. } => {
                 let asked = conn.exec_first::<Option<u64>, _, _>(
                     "SELECT IS_USED_LOCK(?) = CONNECTION_ID()",
                     (name,),
@@ -156,7 +208,11 @@ impl Held {
     /// lease left behind expires.
     pub async fn release(self, mut conn: Conn, name: &str) {
         match self {
-            Held::Named => {
+            Held::Named { marker } => {
+                // The marker first: a lock released is one whose command has ended.
+                if let Some(token) = marker {
+                    let _ = locks::release(&mut conn, name, token).await;
+                }
                 let _ = conn.exec_drop("DO RELEASE_LOCK(?)", (name,)).await;
             }
             Held::Lease { token, .. } => {
@@ -165,6 +221,17 @@ impl Held {
         }
         let _ = conn.disconnect().await;
     }
+}
+
+/// Whether the marker's table or column is missing (not migrated) or not granted.
+fn is_missing(e: &anyhow::Error) -> bool {
+    const ER_NO_SUCH_TABLE: u16 = 1146;
+    const ER_BAD_FIELD_ERROR: u16 = 1054;
+    const ER_TABLEACCESS_DENIED: u16 = 1142;
+    matches!(
+        db::server_code(e),
+        Some(ER_NO_SUCH_TABLE | ER_BAD_FIELD_ERROR | ER_TABLEACCESS_DENIED)
+    )
 }
 
 fn lost(why: &str) -> String {
