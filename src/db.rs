@@ -350,6 +350,58 @@ pub fn classify(e: &anyhow::Error) -> Failure {
     }
 }
 
+/// Whether a failed statement says the server takes no writes: `read_only` or
+/// `super_read_only` (1290), or InnoDB's read-only mode (1836). A replica the url reaches
+/// after a failover, a primary demoted: reads work, writes do not.
+pub fn is_read_only(e: &anyhow::Error) -> bool {
+    const ER_OPTION_PREVENTS_STATEMENT: u16 = 1290;
+    const ER_READ_ONLY_MODE: u16 = 1836;
+    matches!(
+        server_code(e),
+        Some(ER_OPTION_PREVENTS_STATEMENT | ER_READ_ONLY_MODE)
+    )
+}
+
+/// Says once that the server takes no writes, and once that it does again, for one loop
+/// that writes: a read-only server must not fill the journal with a line per attempt.
+#[derive(Debug, Default)]
+pub struct ReadOnly {
+    since: Option<std::time::Instant>,
+}
+
+impl ReadOnly {
+    /// A statement of `who` failed: when it is because the server is read-only, says so the
+    /// first time, and returns true.
+    pub fn failed(&mut self, who: &str, e: &anyhow::Error) -> bool {
+        if !is_read_only(e) {
+            return false;
+        }
+        if self.since.is_none() {
+            warn!(
+                "{who}: the server is read-only ({}); trying again with a growing pause until a writable server answers",
+                crate::error::chain(&**e)
+            );
+            self.since = Some(std::time::Instant::now());
+        }
+        true
+    }
+
+    /// Whether the last write of `who` failed because the server is read-only.
+    pub fn is_on(&self) -> bool {
+        self.since.is_some()
+    }
+
+    /// A write of `who` succeeded.
+    pub fn wrote(&mut self, who: &str) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(
+                after = %humantime::format_duration(Duration::from_secs(since.elapsed().as_secs())),
+                "{who}: the server accepts writes again"
+            );
+        }
+    }
+}
+
 /// A one-line description of a driver error, each cause once: mysql_async's own Display of
 /// some errors spans several lines, and repeats its source's text.
 pub fn describe(e: &mysql_async::Error) -> String {

@@ -78,6 +78,8 @@ pub struct Reaper {
     /// The server life the last connection reached, since when, and when a pass last
     /// succeeded on it: a reconnect to the same life soon after keeps the time.
     reached: Option<(ServerId, Instant, Instant)>,
+    /// The server refused the heartbeat as read-only: said once.
+    read_only: db::ReadOnly,
     /// The missing-PROCESS error is logged once, not every interval.
     refused: bool,
     /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
@@ -109,6 +111,7 @@ impl Reaper {
             settings,
             conn: None,
             reached: None,
+            read_only: db::ReadOnly::default(),
             refused: false,
             suspects: HashSet::new(),
             me,
@@ -131,6 +134,11 @@ impl Reaper {
                 self.pass_succeeded();
                 continue;
             };
+            // The pass's first statement is a write (the heartbeat): said once.
+            if self.read_only.failed("reaper", &e) {
+                self.conn = None;
+                continue;
+            }
             let kept = match (db::classify(&e), self.conn.as_mut()) {
                 (Failure::Connection, _) | (_, None) => false,
                 (_, Some((conn, ..))) => conn.query_drop("ROLLBACK").await.is_ok(),
@@ -190,6 +198,7 @@ impl Reaper {
 
     /// A pass succeeded on the connection: see `reached`.
     fn pass_succeeded(&mut self) {
+        self.read_only.wrote("reaper");
         if let Some((_, _, ok)) = self.reached.as_mut() {
             *ok = Instant::now();
         }

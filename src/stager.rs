@@ -41,6 +41,9 @@ pub struct Stager {
     conn: Option<Conn>,
     /// Whether this connection holds the stager lock (or the server has no lock functions).
     stages: bool,
+    /// While the server is read-only: said once, and passes spaced out by the backoff.
+    read_only: db::ReadOnly,
+    backoff: db::Backoff,
 }
 
 /// What a pass did, and so when the next is due.
@@ -59,6 +62,8 @@ impl Stager {
             settings,
             conn: None,
             stages: false,
+            read_only: db::ReadOnly::default(),
+            backoff: db::Backoff::default(),
         }
     }
 
@@ -72,14 +77,19 @@ impl Stager {
                 _ = tokio::time::sleep(wait) => {}
             }
             let poll = self.settings.borrow().worker.poll_interval;
-            wait = match self.pass().await {
+            let pass = self.pass().await;
+            if pass.is_ok() {
+                self.backoff.reset();
+            }
+            wait = match pass {
                 Ok(Pass::Staged { more: true }) => Duration::ZERO,
                 Ok(Pass::Staged { more: false }) => poll,
                 Ok(Pass::Standby) => poll * STANDBY_POLLS,
-                Err(e) => {
-                    self.failed(e).await;
-                    poll
-                }
+                // A read-only server is asked again after a growing pause, not every poll.
+                Err(e) => match self.failed(e).await {
+                    true => self.backoff.count().max(poll),
+                    false => poll,
+                },
             };
         }
         if let Some(conn) = self.conn.take() {
@@ -119,6 +129,7 @@ impl Stager {
         }
         let staged = jobs::stage(conn, Duration::ZERO).await?;
         if staged.moved > 0 {
+            self.read_only.wrote("stager");
             debug!(
                 jobs = staged.moved,
                 "stager: jobs moved between scheduled and pending"
@@ -128,8 +139,14 @@ impl Stager {
     }
 
     /// A pass failed: a lost race (a lock wait, a deadlock with a claim) keeps the connection
-    /// and its lock; anything else drops them, and the next pass connects again.
-    async fn failed(&mut self, e: anyhow::Error) {
+    /// and its lock; anything else drops them, and the next pass connects again. Returns
+    /// whether the server refused the write as read-only (said once, not at every pass).
+    async fn failed(&mut self, e: anyhow::Error) -> bool {
+        if self.read_only.failed("stager", &e) {
+            self.conn = None;
+            self.stages = false;
+            return true;
+        }
         let kept = match (db::classify(&e), self.conn.as_mut()) {
             (Failure::Connection, _) | (_, None) => false,
             (_, Some(conn)) => conn.query_drop("ROLLBACK").await.is_ok(),
@@ -141,5 +158,6 @@ impl Stager {
             self.conn = None;
             self.stages = false;
         }
+        false
     }
 }

@@ -427,8 +427,17 @@ impl Consumer {
             }
         }
         if left == want {
-            self.link.used();
-            return failed.map_or(Ok(0), Err);
+            return match failed {
+                Some(e) => {
+                    self.link.used();
+                    Err(e)
+                }
+                // Nothing claimed, but the UPDATEs ran: the server takes writes.
+                None => {
+                    self.link.wrote();
+                    Ok(0)
+                }
+            };
         }
         let claimed = match jobs::read_batch(conn, batch_id).await {
             Ok(claimed) => claimed,
@@ -445,7 +454,7 @@ impl Consumer {
         match failed {
             Some(e) => Err(e),
             None => {
-                self.link.succeeded();
+                self.link.wrote();
                 Ok(got)
             }
         }
@@ -598,7 +607,7 @@ impl Consumer {
             return;
         };
         match self.outbox.write(conn).await {
-            Ok(()) => self.link.succeeded(),
+            Ok(()) => self.link.wrote(),
             Err(e) => self.db_error(e).await,
         }
     }

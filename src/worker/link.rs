@@ -29,6 +29,9 @@ pub struct Link {
     /// Counts on until a statement succeeds again, so that a connection that works and a
     /// statement that always fails cannot make a tight connect-fail loop.
     backoff: Backoff,
+    /// The server refused a write as read-only: said once, and the backoff is not reset by
+    /// reads until a write succeeds again (see [`Link::wrote`]).
+    read_only: db::ReadOnly,
     last_query: Instant,
     /// Told once the first connection is up and the server's identity read: the daemon sends
     /// READY=1 only then.
@@ -50,6 +53,7 @@ impl Link {
             server: String::new(),
             reconnect_at: Instant::now(),
             backoff: Backoff::default(),
+            read_only: db::ReadOnly::default(),
             last_query: Instant::now(),
             connected: Some(connected),
         }
@@ -74,16 +78,28 @@ impl Link {
         self.last_query = Instant::now();
     }
 
-    /// A statement succeeded: the connection works, and the backoff starts over.
+    /// A statement succeeded: the connection works, and the backoff starts over, unless the
+    /// server is read-only, where reads work and writes do not.
     pub fn succeeded(&mut self) {
         self.used();
-        self.backoff.reset();
+        if !self.read_only.is_on() {
+            self.backoff.reset();
+        }
+    }
+
+    /// A write succeeded: the server takes writes, whatever it said before.
+    pub fn wrote(&mut self) {
+        self.read_only.wrote("consumer");
+        self.succeeded();
     }
 
     /// The connection failed: it is dropped (which closes it, so its id leaves the
     /// processlist) and a reconnect is due after the backoff.
     pub fn lost(&mut self, e: &anyhow::Error) {
-        warn!("consumer: database error, reconnecting: {}", chain(&**e));
+        // A read-only server is said once; a new connection may reach a writable one.
+        if !self.read_only.failed("consumer", e) {
+            warn!("consumer: database error, reconnecting: {}", chain(&**e));
+        }
         self.conn = None;
         self.reconnect_at = Instant::now() + self.backoff.count();
     }
