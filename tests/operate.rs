@@ -507,6 +507,44 @@ async fn cancel_stops_a_running_handler_that_ignores_sigterm() {
     assert!(!log.contains("lost its claim"), "{log}");
 }
 
+/// A purge right after a cancel of a running job: the row is what tells the worker to stop
+/// the handler, so it stays until the worker has done so, and goes at the purge after.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_running_job_outlives_a_purge_until_its_handler_is_stopped() {
+    let db = TestDb::new("op_cancel_purge").await;
+    let config = db.config("", "");
+    let id = db.insert("q", &["sleep:30"]).await[0];
+    let w = Worker::start(&config, "1");
+    db.wait_count(&format!("id = {id} AND status = 'claimed'"), 1, 30)
+        .await;
+    while db.runs().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ok(&config, &["cancel", &id.to_string()]);
+    let purged = ok(
+        &config,
+        &["purge", "--cancelled-older-than", "0s", "--json"],
+    );
+    assert!(purged.contains("\"cancelled\":0"), "{purged}");
+    w.wait_log("job cancelled: its handler was stopped", 10)
+        .await;
+    // The worker says so in the row; the next purge takes it.
+    let start = Instant::now();
+    loop {
+        let purged = ok(
+            &config,
+            &["purge", "--cancelled-older-than", "0s", "--json"],
+        );
+        if purged.contains("\"cancelled\":1") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{purged}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(db.count("TRUE").await, 0);
+    assert!(!w.log_text().contains("job done"), "{}", w.log_text());
+}
+
 /// A paused queue is not claimed, by a running worker or a restarted one, while another
 /// queue's jobs run; once resumed, its jobs run.
 #[tokio::test(flavor = "multi_thread")]

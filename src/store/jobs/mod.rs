@@ -326,7 +326,7 @@ pub enum Outcome {
     /// shutdown, not by anything it did.
     Release,
     /// An operator cancelled the job while it ran, and its handler was stopped: the row says
-    /// `cancelled` already, so there is nothing to write.
+    /// `cancelled` already; the write only says the handler has stopped (see [`CANCEL_SEEN`]).
     Cancelled,
 }
 
@@ -358,6 +358,14 @@ pub fn fit_error(error: &str) -> String {
     }
     format!("{}{CUT_MARK}", &error[..end])
 }
+
+/// The transition a worker writes when the handler of a job cancelled while it ran has
+/// stopped: the claim's owner is cleared (batch_id and worker stay, for the record). Until
+/// then the cancelled row is what tells the worker to stop the handler, so a purge keeps it
+/// (see `purge::purge_batch`). Served by the primary key.
+const CANCEL_SEEN: &str = "UPDATE myjob_jobs SET owner_conn = NULL, owner_server = NULL, \
+         claimed_at = NULL \
+     WHERE id = ? AND batch_id = ? AND status = 'cancelled'";
 
 /// One fenced UPDATE about finished jobs.
 struct Statement {
@@ -391,7 +399,7 @@ pub async fn write_outcomes(
     let mut done: Vec<(u64, Vec<u64>)> = Vec::new();
     for c in completions {
         let (sql, params): (&str, Vec<Value>) = match &c.outcome {
-            Outcome::Cancelled => continue,
+            Outcome::Cancelled => (CANCEL_SEEN, Vec::new()),
             Outcome::Done => {
                 match done.iter_mut().find(|g| g.0 == c.batch_id) {
                     Some(g) => g.1.push(c.job_id),
@@ -477,6 +485,12 @@ pub async fn write_outcomes(
             )
             .await
             .context("reading which jobs lost their claim")?;
+        // A job cancelled while its handler ran on to its end: the handler has stopped.
+        for &id in &finished {
+            conn.exec_drop(CANCEL_SEEN, (id, st.batch_id))
+                .await
+                .context("saying a cancelled job's handler has stopped")?;
+        }
         for id in st.ids {
             match finished.contains(&id) {
                 true => unwritten.finished.push(id),

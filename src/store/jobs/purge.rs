@@ -32,6 +32,12 @@ pub struct Batch {
     pub next: Option<Cursor>,
 }
 
+/// A job cancelled while it ran is kept until its worker says the handler has stopped (the
+/// row is how the worker learns of the cancel), or for a day when no worker ever says so (it
+/// died, and its handlers with it).
+const UNSEEN: &str = "AND (status <> 'cancelled' OR owner_conn IS NULL \
+     OR finished_at < NOW(6) - INTERVAL 1 DAY)";
+
 /// Deletes the jobs in the final state `status` (done, failed or cancelled) that finished
 /// more than `age` ago, of `queue` only if given, among the next [`PURGE_BATCH`] rows of
 /// the range from `after` on. Two statements, neither of which waits for a worker: a read
@@ -70,7 +76,7 @@ pub async fn purge_batch(
         .exec(
             format!(
                 "SELECT id, run_at, \
-                     (finished_at < NOW(6) - INTERVAL ? MICROSECOND {of_queue}) IS TRUE \
+                     (finished_at < NOW(6) - INTERVAL ? MICROSECOND {UNSEEN} {of_queue}) IS TRUE \
                  FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
                  WHERE status = ? AND run_at < NOW(6) - INTERVAL ? MICROSECOND {from} \
                  ORDER BY run_at, id LIMIT ?"
@@ -96,7 +102,7 @@ pub async fn purge_batch(
     conn.exec_drop(
         format!(
             "DELETE FROM myjob_jobs WHERE id IN ({list}) \
-             AND status = ? AND finished_at < NOW(6) - INTERVAL ? MICROSECOND"
+             AND status = ? AND finished_at < NOW(6) - INTERVAL ? MICROSECOND {UNSEEN}"
         ),
         Params::Positional(params),
     )
