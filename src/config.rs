@@ -33,6 +33,28 @@ const MAX_CONCURRENCY: i64 = 1024;
 /// The largest `batch_size` accepted.
 const MAX_BATCH_SIZE: i64 = 1000;
 
+// The shortest value of each duration key: below it a loop would spin (a poll, a reaper pass)
+// or the value would make no sense (a handler killed before it could start, a persistent
+// process stopped between two jobs). Zero is allowed only where it means something.
+
+/// `worker.poll_interval`: the probe and the stager's pass; shorter would busy-loop.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// `worker.shutdown_timeout`: 0 is meaningful (handlers killed at once, their jobs released).
+pub const MIN_SHUTDOWN_TIMEOUT: Duration = Duration::ZERO;
+/// `worker.kill_grace`: the time a handler has between SIGTERM and SIGKILL, and a persistent
+/// process between EOF and SIGTERM. Not 0: every recycled process would be killed.
+pub const MIN_KILL_GRACE: Duration = Duration::from_millis(100);
+/// `reaper.interval`: one reaper pass (several statements) per interval.
+pub const MIN_REAPER_INTERVAL: Duration = Duration::from_millis(100);
+/// `reaper.stale_after`: a claim younger than this is never put back.
+pub const MIN_STALE_AFTER: Duration = Duration::from_secs(1);
+/// `queue.timeout`: a handler's whole run, its start included.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+/// `queue.backoff` (and so `backoff_max`): a failing job retried in a tight loop otherwise.
+pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// `queue.idle_timeout`: shorter would stop a persistent process between two jobs.
+pub const MIN_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A configuration error: the file, the key (a path such as `queue[1].timeout`) and what is wrong.
 #[derive(Debug)]
 pub struct ConfigError {
@@ -357,14 +379,34 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
     let worker = WorkerSettings {
         concurrency: int_in(w.concurrency, 8, 1, MAX_CONCURRENCY, "worker.concurrency")? as usize,
         batch_size: int_in(w.batch_size, 100, 1, MAX_BATCH_SIZE, "worker.batch_size")? as usize,
-        poll_interval: duration(w.poll_interval, "500ms", "worker.poll_interval")?,
-        shutdown_timeout: duration(w.shutdown_timeout, "30s", "worker.shutdown_timeout")?,
-        kill_grace: duration(w.kill_grace, "5s", "worker.kill_grace")?,
+        poll_interval: duration_min(
+            w.poll_interval,
+            "500ms",
+            MIN_POLL_INTERVAL,
+            "worker.poll_interval",
+        )?,
+        shutdown_timeout: duration_min(
+            w.shutdown_timeout,
+            "30s",
+            MIN_SHUTDOWN_TIMEOUT,
+            "worker.shutdown_timeout",
+        )?,
+        kill_grace: duration_min(w.kill_grace, "5s", MIN_KILL_GRACE, "worker.kill_grace")?,
     };
 
     let reaper = ReaperSettings {
-        interval: duration(raw.reaper.interval, "30s", "reaper.interval")?,
-        stale_after: duration(raw.reaper.stale_after, "2m", "reaper.stale_after")?,
+        interval: duration_min(
+            raw.reaper.interval,
+            "30s",
+            MIN_REAPER_INTERVAL,
+            "reaper.interval",
+        )?,
+        stale_after: duration_min(
+            raw.reaper.stale_after,
+            "2m",
+            MIN_STALE_AFTER,
+            "reaper.stale_after",
+        )?,
         max_rescues: int_in(raw.reaper.max_rescues, 3, 1, 1000, "reaper.max_rescues")? as u32,
     };
 
@@ -392,8 +434,8 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         for name in &q.pass_env {
             check_pass_env(name).map_err(|m| (key("pass_env"), m))?;
         }
-        let backoff = duration(q.backoff, "10s", &key("backoff"))?;
-        let backoff_max = duration(q.backoff_max, "1h", &key("backoff_max"))?;
+        let backoff = duration_min(q.backoff, "10s", MIN_BACKOFF, &key("backoff"))?;
+        let backoff_max = duration_min(q.backoff_max, "1h", MIN_BACKOFF, &key("backoff_max"))?;
         if backoff_max < backoff {
             return Err((
                 key("backoff_max"),
@@ -408,7 +450,12 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
                         Some(int_in(Some(n), 0, 1, i64::MAX, &key("max_jobs_per_process"))? as u64)
                     }
                 },
-                idle_timeout: duration(q.idle_timeout, "10m", &key("idle_timeout"))?,
+                idle_timeout: duration_min(
+                    q.idle_timeout,
+                    "10m",
+                    MIN_IDLE_TIMEOUT,
+                    &key("idle_timeout"),
+                )?,
             })
         } else {
             for (set, k) in [
@@ -426,7 +473,7 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         };
         queues.push(Arc::new(QueueSettings {
             persistent,
-            timeout: duration(q.timeout, "5m", &key("timeout"))?,
+            timeout: duration_min(q.timeout, "5m", MIN_TIMEOUT, &key("timeout"))?,
             max_attempts: int_in(q.max_attempts, 10, 1, 1000, &key("max_attempts"))? as u32,
             backoff,
             backoff_max,
@@ -636,6 +683,36 @@ fn duration(value: Option<String>, default: &str, key: &str) -> Result<Duration,
     parse_duration(text).map_err(|m| (key.to_owned(), m))
 }
 
+/// A duration of at least `min`, zero only when `min` is: below it, the message names the
+/// floor (`"1us" is shorter than the minimum of 10ms`).
+fn duration_min(
+    value: Option<String>,
+    default: &str,
+    min: Duration,
+    key: &str,
+) -> Result<Duration, Invalid> {
+    let text = value.as_deref().unwrap_or(default);
+    let min_text = humantime::format_duration(min);
+    let zero = humantime::parse_duration(text.trim()).is_ok_and(|d| d.is_zero());
+    let d = match (zero, min.is_zero()) {
+        (true, true) => Duration::ZERO,
+        (true, false) => {
+            return Err((
+                key.to_owned(),
+                format!("{text:?} must be longer than zero (the minimum is {min_text})"),
+            ))
+        }
+        (false, _) => parse_duration(text).map_err(|m| (key.to_owned(), m))?,
+    };
+    if d < min {
+        return Err((
+            key.to_owned(),
+            format!("{text:?} is shorter than the minimum of {min_text}"),
+        ));
+    }
+    Ok(d)
+}
+
 fn age(value: Option<String>, default: &str, key: &str) -> Result<Option<Duration>, Invalid> {
     parse_age(value.as_deref().unwrap_or(default)).map_err(|m| (key.to_owned(), m))
 }
@@ -806,6 +883,49 @@ mod tests {
             let e = load_str(&format!("{MINIMAL}[retention]\nfailed = {bad}\n")).unwrap_err();
             assert!(e.contains("retention.failed"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn intervals_have_a_floor_named_with_their_key() {
+        let q = "[[queue]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n";
+        let p = format!("{q}persistent = true\n");
+        let b = format!("{q}backoff = \"100ms\"\n");
+        // (the table the key is in, the key, a value below its floor, the floor)
+        for (table, key, below, floor) in [
+            ("[worker]\n", "worker.poll_interval", "1us", "10ms"),
+            ("[worker]\n", "worker.poll_interval", "9ms", "10ms"),
+            ("[worker]\n", "worker.kill_grace", "1ms", "100ms"),
+            ("[worker]\n", "worker.kill_grace", "0s", "100ms"),
+            ("[reaper]\n", "reaper.interval", "99ms", "100ms"),
+            ("[reaper]\n", "reaper.stale_after", "999ms", "1s"),
+            ("[reaper]\n", "reaper.stale_after", "0s", "1s"),
+            (q, "queue[0].timeout", "10ms", "100ms"),
+            (q, "queue[0].backoff", "1ns", "100ms"),
+            (&b, "queue[0].backoff_max", "50ms", "100ms"),
+            (&p, "queue[0].idle_timeout", "500ms", "1s"),
+        ] {
+            let name = key.rsplit('.').next().unwrap();
+            let with = |v: &str| load_str(&format!("{MINIMAL}{table}{name} = \"{v}\"\n"));
+            let e = with(below).unwrap_err();
+            assert!(e.starts_with(&format!("{key}: ")), "{key}: {e}");
+            assert!(
+                e.contains(&format!("the minimum is {floor}"))
+                    || e.contains(&format!("the minimum of {floor}")),
+                "{key}: {e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+            // The floor itself is accepted.
+            with(floor).unwrap_or_else(|e| panic!("{key} = {floor}: {e}"));
+        }
+        let e = load_str(&format!("{MINIMAL}[worker]\npoll_interval = \"1us\"\n")).unwrap_err();
+        assert_eq!(
+            e,
+            "worker.poll_interval: \"1us\" is shorter than the minimum of 10ms"
+        );
+        // A zero shutdown_timeout means something: on SIGTERM the handlers are killed at once
+        // and their jobs released.
+        let s = load_str(&format!("{MINIMAL}[worker]\nshutdown_timeout = \"0s\"\n")).unwrap();
+        assert_eq!(s.worker.shutdown_timeout, Duration::ZERO);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod db;
 pub mod enqueue;
 pub mod error;
+pub mod fds;
 pub mod logging;
 pub mod notify;
 pub mod purge;

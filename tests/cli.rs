@@ -256,3 +256,50 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
         "{line}"
     );
 }
+
+/// Text from the database (a queue name, a unique key, a worker, an error) reaches the
+/// operator's terminal only with its control characters replaced: no escape sequence, carriage
+/// return or C1 control in `list`, `show` or `stats`. JSON keeps the text, escaped by serde.
+#[tokio::test(flavor = "multi_thread")]
+async fn human_output_carries_no_terminal_controls() {
+    let db = TestDb::new("cli_controls").await;
+    let config = db.config("", "");
+    let c = config.to_str().unwrap();
+    // The enqueue command refuses such a queue name: an application's plain INSERT does not.
+    let mut conn = db.conn().await;
+    conn.exec_drop(
+        "INSERT INTO myjob_jobs (queue, payload, unique_key, worker, last_error) \
+         VALUES (?, 'x', ?, ?, ?)",
+        (
+            "q\x1b[31mred",
+            "key\x1b]0;title\x07\r",
+            "host\u{9b}2J:1:1",
+            "boom \x1b[2J\x7f\u{85}end",
+        ),
+    )
+    .await
+    .unwrap();
+    let id = conn.last_insert_id().unwrap().to_string();
+    let controls = |s: &str| s.chars().filter(|&c| c.is_control() && c != '\n').count();
+    for args in [
+        vec!["--config", c, "list"],
+        vec!["--config", c, "show", &id],
+        vec!["--config", c, "stats"],
+    ] {
+        let out = myjob(&args, b"");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(
+            !out.stdout.contains(&0x1b),
+            "{args:?}: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(controls(&text), 0, "{args:?}: {text:?}");
+        assert!(text.contains("q\u{FFFD}[31mred"), "{args:?}: {text:?}");
+    }
+    // JSON is for programs: the text as it is.
+    let out = myjob(&["--config", c, "show", &id, "--json"], b"");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["unique_key"], "key\x1b]0;title\x07\r");
+    assert_eq!(doc["queue"], "q\x1b[31mred");
+}

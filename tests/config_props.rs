@@ -5,7 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use myjob::config::{parse_duration, Settings};
+use myjob::config::{
+    parse_duration, Settings, MIN_BACKOFF, MIN_KILL_GRACE, MIN_POLL_INTERVAL, MIN_REAPER_INTERVAL,
+    MIN_SHUTDOWN_TIMEOUT, MIN_STALE_AFTER, MIN_TIMEOUT,
+};
 use proptest::prelude::*;
 
 /// A config that loads, and the keys whose values the structured test replaces.
@@ -51,6 +54,36 @@ const KEYS: [&str; 15] = [
     "pass_env",
 ];
 
+/// The duration keys of [`BASE`]: as written there, as an error names it, and its floor.
+const FLOORS: [(&str, &str, Duration); 8] = [
+    ("poll_interval", "worker.poll_interval", MIN_POLL_INTERVAL),
+    (
+        "shutdown_timeout",
+        "worker.shutdown_timeout",
+        MIN_SHUTDOWN_TIMEOUT,
+    ),
+    ("kill_grace", "worker.kill_grace", MIN_KILL_GRACE),
+    ("interval", "reaper.interval", MIN_REAPER_INTERVAL),
+    ("stale_after", "reaper.stale_after", MIN_STALE_AFTER),
+    ("timeout", "queue[0].timeout", MIN_TIMEOUT),
+    ("backoff", "queue[0].backoff", MIN_BACKOFF),
+    ("backoff_max", "queue[0].backoff_max", MIN_BACKOFF),
+];
+
+/// [`BASE`] with `key`'s line set to `key = value`.
+fn with_value(key: &str, value: &str) -> String {
+    BASE.lines()
+        .map(|l| {
+            if l.split(" = ").next() == Some(key) {
+                format!("{key} = {value}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn load(dir: &Path, text: &[u8]) -> Result<Settings, String> {
     let path = dir.join("myjob.toml");
     std::fs::write(&path, text).unwrap();
@@ -92,28 +125,50 @@ proptest! {
         value in toml_value(),
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let text: String = BASE
-            .lines()
-            .map(|l| {
-                if l.split(" = ").next() == Some(key) {
-                    format!("{key} = {value}")
-                } else {
-                    l.to_owned()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let text = with_value(key, &value);
         match load(dir.path(), text.as_bytes()) {
             Ok(settings) => {
                 // Whatever was accepted is usable: durations in range, sizes in range.
                 prop_assert!(settings.worker.concurrency >= 1);
-                prop_assert!(!settings.worker.poll_interval.is_zero());
+                prop_assert!(settings.worker.poll_interval >= MIN_POLL_INTERVAL);
+                prop_assert!(settings.worker.kill_grace >= MIN_KILL_GRACE);
+                prop_assert!(settings.reaper.interval >= MIN_REAPER_INTERVAL);
+                prop_assert!(settings.reaper.stale_after >= MIN_STALE_AFTER);
+                prop_assert!(settings.queues[0].timeout >= MIN_TIMEOUT);
+                prop_assert!(settings.queues[0].backoff >= MIN_BACKOFF);
                 prop_assert!(!settings.queues[0].command.is_empty());
             }
             Err(e) => {
                 prop_assert!(!e.contains('\n'), "{e}");
                 prop_assert!(e.contains(key), "{key} = {value}: {e}");
             }
+        }
+    }
+
+    #[test]
+    fn a_duration_below_its_keys_floor_is_refused_naming_the_key_and_the_floor(
+        (key, named, floor) in prop::sample::select(&FLOORS[..]),
+        n in 0u64..3000,
+        unit in prop::sample::select(&["ns", "us", "ms", "s"][..]),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let value = format!("{n}{unit}");
+        let d = humantime::parse_duration(&value).unwrap();
+        let text = with_value(key, &format!("\"{value}\""));
+        let got = load(dir.path(), text.as_bytes());
+        if d < floor {
+            let e = got.expect_err(&value);
+            prop_assert!(!e.contains('\n'), "{e}");
+            prop_assert!(e.contains(&format!("{named}: \"{value}\"")), "{key} = {value}: {e}");
+            let floor = humantime::format_duration(floor).to_string();
+            prop_assert!(e.contains(&format!("minimum is {floor}")) || e.contains(&format!("minimum of {floor}")), "{key} = {value}: {e}");
+        } else if key == "backoff_max" && d < Duration::from_secs(10) {
+            // Above the floor, but shorter than the backoff of BASE.
+            let e = got.expect_err(&value);
+            prop_assert!(e.contains("backoff_max: must not be shorter than backoff"), "{e}");
+        } else {
+            let settings = got.map_err(|e| TestCaseError::fail(format!("{key} = {value}: {e}")))?;
+            prop_assert!(settings.worker.poll_interval >= MIN_POLL_INTERVAL);
         }
     }
 

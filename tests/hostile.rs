@@ -200,3 +200,67 @@ async fn a_handler_that_closes_stdin_early_or_leaves_a_child_behind() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A descriptor myjob inherited without FD_CLOEXEC (a careless parent, a shell's `7>file`)
+/// is not passed on to its handlers: they get stdin, stdout and stderr only.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_descriptor_myjob_inherited_does_not_reach_its_handlers() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    let db = TestDb::new("inherited_fd").await;
+    let script = db.script(
+        "fds.sh",
+        "#!/bin/sh\nls /proc/self/fd > DIR/fds.$MYJOB_JOB_ID\n",
+    );
+    let config = db.config(
+        "",
+        &format!(
+            "\n[[queue]]\nname = \"fds\"\ncommand = [\"{}\"]\n",
+            script.display()
+        ),
+    );
+    let log = std::fs::File::create(db.path("worker.log")).unwrap();
+    let leaked = std::fs::File::create(db.path("leaked")).unwrap();
+    let leaked_fd = leaked.as_raw_fd();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_myjob"));
+    cmd.args(["--config", config.to_str().unwrap(), "run"])
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: dup2 is async-signal-safe; the closure touches nothing else. dup2 leaves the
+    // new descriptor without FD_CLOEXEC, as a parent that forgot it would.
+    unsafe {
+        cmd.pre_exec(move || match nix::libc::dup2(leaked_fd, 7) {
+            7 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+    }
+    /// Kills the worker when the test ends, whichever way.
+    struct Running(std::process::Child);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let worker = Running(cmd.spawn().unwrap());
+    drop(leaked);
+    // myjob itself has fd 7: the test sets up what it means to.
+    let target = std::fs::read_link(format!("/proc/{}/fd/7", worker.0.id())).ok();
+    assert_eq!(target, Some(db.path("leaked")));
+    let id = db.insert("fds", &[""]).await[0];
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 30)
+        .await;
+    drop(worker);
+    let fds = std::fs::read_to_string(db.path(&format!("fds.{id}"))).unwrap();
+    let fds: Vec<&str> = fds.lines().collect();
+    assert!(fds.contains(&"2"), "{fds:?}");
+    assert!(
+        !fds.contains(&"7"),
+        "the handler got myjob's inherited fd 7: {fds:?}"
+    );
+}

@@ -155,6 +155,12 @@ pub fn main() -> ProcessExit {
             return ProcessExit::from(if usage { ExitCode::Usage as u8 } else { 0 });
         }
     };
+    // Before any thread starts: descriptors inherited without FD_CLOEXEC must not reach the
+    // handlers or the guard. `myjob lock` is a wrapper like flock(1): its COMMAND gets what
+    // myjob was given.
+    if !matches!(cli.command, Command::Lock(_)) {
+        crate::fds::close_on_exec_inherited();
+    }
     logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
