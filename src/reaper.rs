@@ -6,12 +6,12 @@
 //! restart at 1). A live claimer's jobs are never touched, however long they run.
 //!
 //! A claim made through another server, or an earlier start of this one, cannot be judged by
-//! this processlist. Every reaper stamps its server in `myjob_servers` at each pass; a claim
-//! whose server has had no heartbeat for `stale_after` (plus one `interval`) belongs to
-//! connections that are all gone: a primary replaced after a failover, a server restarted
-//! (ids start again at 1) or renamed. On a Galera node the cluster's own member list adds
-//! one rule: a claim made through a member is left to that node's reapers however quiet its
-//! workers are, while a node that has left is judged by its heartbeat like any server.
+//! this processlist. Every reaper stamps its server in `myjob_servers` at each pass, and every
+//! consumer the server it claims through (a load balancer may send the two to different
+//! Galera nodes); a claim whose server has had no heartbeat for `stale_after` (plus one
+//! `interval`) belongs to connections that are all gone: a primary replaced after a failover,
+//! a server restarted (ids start again at 1) or renamed, a Galera node that left the cluster
+//! or that no instance uses any more.
 //!
 //! A stale claim is put back only when two passes in a row (one `interval` apart) find it
 //! so, and claims of another server only once the reaper has been connected to this one for
@@ -526,22 +526,20 @@ fn judge(claim: &OldClaim, view: &View) -> Verdict {
         };
     }
     // Made through another server, or an earlier start of this one: alive while it stamps its
-    // heartbeat. A Galera member is alive however quiet its reapers are (its processlist, not
-    // ours, judges its claims); a node that has left gets the same grace as any server, so
-    // that its instances may reconnect when it comes back quickly.
-    let stamped = view
+    // heartbeat. Every instance's reaper stamps the server it reaches, and its consumer the
+    // one it claims through, so a server nobody stamps has no instance left to judge its
+    // claims by its processlist: a Galera member that no instance uses any more as much as a
+    // node that has left. Both get the same grace as any server, so that instances may
+    // reconnect when it comes back quickly.
+    let alive = view
         .heartbeats
         .iter()
         .any(|(s, age)| s.same_life(&owner) && *age < view.stale);
-    let member = match (&owner.galera, &view.members) {
-        (Some(uuid), Some(members)) => members.contains(uuid),
-        _ => false,
-    };
-    let alive = stamped || member;
-    let left = if view.members.is_some() && owner.galera.is_some() {
-        "its Galera node has left the cluster and "
-    } else {
-        ""
+    let left = match (&owner.galera, &view.members) {
+        (Some(uuid), Some(members)) if !members.contains(uuid) => {
+            "its Galera node has left the cluster and "
+        }
+        _ => "",
     };
     let gone = format!(
         "{left}its server {owner} has had no heartbeat for {} ({me} now)",
@@ -668,22 +666,24 @@ mod tests {
         let mut v = view(&me, true);
         v.members = Some(["aaa".to_owned(), "bbb".to_owned()].into());
         let c = |owner: &str| claim(Some(owner), Some(9));
-        // A member is alive however old its heartbeat; a node that left is not, once its
-        // heartbeat is stale too.
-        assert_eq!(judge(&c("db:3312/1000/galera:bbb"), &v), Verdict::Foreign);
+        // A node that left is gone once its heartbeat is stale; so is a member that no
+        // instance stamps any more: nobody is there to judge its claims.
         let Verdict::Dead(why) = judge(&c("db:3313/1000/galera:ccc"), &v) else {
             panic!("a node that left the cluster holds its claims")
         };
         assert!(why.contains("left the cluster"), "{why}");
-        v.heartbeats
-            .push((server("db:3313/1000/galera:ccc"), Duration::from_secs(2)));
-        assert_eq!(judge(&c("db:3313/1000/galera:ccc"), &v), Verdict::Foreign);
-        // Without the member list (no SELECT on it), the heartbeats decide.
+        let Verdict::Dead(why) = judge(&c("db:3312/1000/galera:bbb"), &v) else {
+            panic!("a member nobody stamps holds its claims")
+        };
+        assert!(!why.contains("left the cluster"), "{why}");
+        // Stamped, either is alive.
+        for node in ["db:3313/1000/galera:ccc", "db:3312/1000/galera:bbb"] {
+            v.heartbeats.push((server(node), Duration::from_secs(2)));
+            assert_eq!(judge(&c(node), &v), Verdict::Foreign);
+        }
+        // Without the member list (no SELECT on it), the heartbeats decide as well.
         v.members = None;
-        assert!(matches!(
-            judge(&c("db:3312/1000/galera:bbb"), &v),
-            Verdict::Dead(_)
-        ));
+        assert_eq!(judge(&c("db:3312/1000/galera:bbb"), &v), Verdict::Foreign);
     }
 
     #[test]

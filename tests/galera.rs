@@ -95,6 +95,43 @@ async fn claims_made_through_a_node_that_dies_come_back() {
     db_server(&["up", "galera"]);
 }
 
+/// The instance that worked through node 3 is killed, and no instance connects through node 3
+/// any more, while the node stays a member of the cluster: no reaper there will judge its
+/// claims. A reaper on another node puts them back once node 3's heartbeat is stale.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Galera cluster: run through tests/run"]
+async fn claims_of_a_member_node_that_no_instance_uses_come_back() {
+    let db = TestDb::new("galera_member").await;
+    let config = db.config("concurrency = 2", "");
+    let on_node_3 = db.path("node3.toml");
+    edited(
+        &config,
+        &on_node_3,
+        &[(db.url.as_str(), db.node_url(2).as_str())],
+    );
+    std::fs::write(db.path("slow"), "").unwrap();
+    let ids = db.insert("q", &["slow-if-flag", "slow-if-flag"]).await;
+    let mut third = Worker::start(&on_node_3, "3");
+    db.wait_count("status = 'claimed'", 2, 20).await;
+    third.signal(Signal::SIGKILL);
+    third.wait(10);
+    common::kill_recorded_handlers(&db, "3");
+
+    let first = Worker::start(&config, "1");
+    first.wait_log("stale claim put back", 30).await;
+    std::fs::remove_file(db.path("slow")).unwrap();
+    db.wait_count("status = 'done'", 2, 30).await;
+    for id in ids {
+        assert_eq!(
+            db.job(id).await.1,
+            1,
+            "job {id}: the cut attempt given back"
+        );
+    }
+    let log = first.log_text();
+    assert!(log.contains("has had no heartbeat"), "{log}");
+}
+
 /// One instance per node, all on one queue: claims and outcomes written through different
 /// nodes conflict at commit, which Galera reports as a deadlock (1213). Each conflict is
 /// tried again on the same connection: every job is done once, and no instance reconnects.

@@ -21,6 +21,25 @@ pub async fn stamp(conn: &mut Conn, server: &ServerId) -> anyhow::Result<()> {
     .context("stamping the server's heartbeat")
 }
 
+/// Stamps `server`'s heartbeat unless another connection did within `fresh`: the
+/// consumer's share of the heartbeats, a write only when no reaper on the same server keeps
+/// it fresh (an UPDATE that changes nothing writes nothing, on Galera no write set). A lookup
+/// of the primary key.
+pub async fn stamp_unless_fresh(
+    conn: &mut Conn,
+    server: &str,
+    fresh: Duration,
+) -> anyhow::Result<()> {
+    conn.exec_drop(
+        "INSERT INTO myjob_servers (server, heartbeat_at) VALUES (?, NOW(6)) \
+         ON DUPLICATE KEY UPDATE heartbeat_at = \
+             IF(heartbeat_at < NOW(6) - INTERVAL ? MICROSECOND, NOW(6), heartbeat_at)",
+        (server, fresh.as_micros() as u64),
+    )
+    .await
+    .context("stamping the server's heartbeat")
+}
+
 /// Every server with a heartbeat, and how long ago it was stamped, by this server's clock. A
 /// few rows: a scan of the primary key.
 pub async fn heartbeats(conn: &mut Conn) -> anyhow::Result<Vec<(ServerId, Duration)>> {

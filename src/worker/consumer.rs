@@ -23,6 +23,7 @@ use crate::db::{self, Failure};
 use crate::error::chain;
 use crate::stats::Stats;
 use crate::store::jobs::{self, Claimer, Completion, Outcome};
+use crate::store::servers;
 use crate::worker::link::{Fresh, Link};
 use crate::worker::name::WorkerName;
 use crate::worker::outbox::Outbox;
@@ -77,6 +78,9 @@ pub struct Consumer {
     /// re-owned at the reconnect and read then (see [`Consumer::read_unread`]), rather than
     /// left to the reaper as a dead worker's.
     unread: Vec<u64>,
+    /// When to stamp the heartbeat of the server this instance claims through next (see
+    /// [`Consumer::stamp`]).
+    next_stamp: Instant,
 }
 
 impl Consumer {
@@ -104,6 +108,7 @@ impl Consumer {
             quarantine: None,
             suspects: None,
             unread: Vec::new(),
+            next_stamp: now,
         }
     }
 
@@ -123,6 +128,10 @@ impl Consumer {
             self.reconnect_if_due().await;
             self.read_unread(&settings).await;
             let now = Instant::now();
+            if now >= self.next_stamp && self.link.is_up() {
+                self.next_stamp = now + settings.reaper.interval;
+                self.stamp(&settings).await;
+            }
             if self
                 .outbox
                 .due(now, worker.batch_size / 2, self.slots.is_empty())
@@ -509,6 +518,21 @@ impl Consumer {
                 }
                 Err(e) => return self.db_error(e).await,
             }
+        }
+    }
+
+    /// Stamps the heartbeat of the server this instance claims through, unless a reaper on it
+    /// did lately. A load balancer may send the reaper's connection to another Galera node
+    /// than the consumer's: without this, a node that only consumers use would look unused,
+    /// and their claims dead, to every reaper.
+    async fn stamp(&mut self, settings: &Settings) {
+        let Some((conn, server)) = self.link.claimer() else {
+            return;
+        };
+        let fresh = settings.reaper.interval / 2;
+        match servers::stamp_unless_fresh(conn, server, fresh).await {
+            Ok(()) => self.link.wrote(),
+            Err(e) => self.db_error(e).await,
         }
     }
 
