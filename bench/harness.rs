@@ -238,7 +238,7 @@ impl Bench {
             let mut conn = self.fresh().await;
             self.insert(&mut conn, jobs).await;
             let config = self.config(concurrency, &handler, "100ms");
-            let db = mariadbd_pid();
+            let db = server_pid(&self.server);
             let (busy, db_ticks) = (busy_ticks(), db.map_or(0, cpu_ticks));
             let workers = Workers((1..=instances).map(|i| self.start(&config, i)).collect());
             let n = jobs as u64;
@@ -416,12 +416,34 @@ pub(crate) fn ticks_us(ticks: u64) -> f64 {
     ticks as f64 / per_sec * 1e6
 }
 
-/// The MariaDB server's process, for its CPU time.
-pub(crate) fn mariadbd_pid() -> Option<u32> {
+/// The process of the server the bench runs against, for its CPU time: the one that listens
+/// on the url's port (the suite may run other servers on this machine, in chroots).
+pub(crate) fn server_pid(url: &str) -> Option<u32> {
+    let port = mysql_async::Opts::from_url(url).ok()?.tcp_port();
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    let local_port = f.get(1)?.rsplit_once(':')?.1;
+                    let listening = *f.get(3)? == "0A";
+                    let inode = f.get(9)?;
+                    (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                        .then(|| format!("socket:[{inode}]"))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        (comm.trim() == "mariadbd" || comm.trim() == "mysqld").then_some(pid)
+        let fds = std::fs::read_dir(e.path().join("fd")).ok()?;
+        fds.flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|link| inodes.iter().any(|i| link.to_str() == Some(i.as_str())))
+            .then_some(pid)
     })
 }
 

@@ -70,6 +70,14 @@ impl Bench {
             // For working on item 13 alone.
             self.line(head);
             self.heal_item().await;
+            // 14. What a fleet costs the server.
+            self.capacity_item().await;
+            return;
+        }
+        if alone("--capacity-only") {
+            // For working on item 14 alone.
+            self.line(head);
+            self.capacity_item().await;
             return;
         }
         if alone("--cat-only") {
@@ -123,6 +131,8 @@ impl Bench {
         self.queues_item().await;
         self.scheduled_item().await;
         self.heal_item().await;
+        // 14. What a fleet costs the server.
+        self.capacity_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
