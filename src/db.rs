@@ -132,6 +132,23 @@ pub async fn connect(db: &DatabaseSettings) -> Result<Conn, ConnectError> {
     Ok(conn)
 }
 
+/// Runs a statement (or a few) that must answer within `limit`. A network that drops packets
+/// without a reset (a partition, a host gone) leaves a statement waiting for the kernel's
+/// retransmissions, a quarter of an hour: the error instead says the connection is in doubt,
+/// and the caller drops it.
+pub async fn within<T>(
+    limit: Duration,
+    statement: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(limit, statement).await {
+        Ok(result) => result,
+        Err(_) => Err(anyhow::anyhow!(
+            "no answer from the database within {}s",
+            limit.as_secs()
+        )),
+    }
+}
+
 /// Which statements of a session wait for the cluster on a Galera node: see [`causal`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Causal {

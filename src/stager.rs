@@ -34,6 +34,8 @@ const LOCK: &str = "myjob_stager";
 const STANDBY_POLLS: u32 = 4;
 /// A job due for longer than this has been left by the stager that holds the lock.
 const OVERDUE: Duration = Duration::from_secs(5);
+/// The shortest session `wait_timeout` the stager's connection gets.
+const MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct Stager {
     db: DatabaseSettings,
@@ -99,7 +101,15 @@ impl Stager {
 
     async fn pass(&mut self) -> anyhow::Result<Pass> {
         if self.conn.is_none() {
-            self.conn = Some(db::connect(&self.db).await?);
+            let mut conn = db::connect(&self.db).await?;
+            // The stager lock lives as long as this connection: a host gone without a reset
+            // must not keep it for the server's default of 8 hours. A pass comes at least
+            // every few polls, so this never closes a live one.
+            let poll = self.settings.borrow().worker.poll_interval;
+            let wait = (poll * STANDBY_POLLS * 3).max(MIN_WAIT_TIMEOUT);
+            conn.query_drop(format!("SET SESSION wait_timeout = {}", wait.as_secs()))
+                .await?;
+            self.conn = Some(conn);
             self.stages = false;
         }
         let Some(conn) = self.conn.as_mut() else {

@@ -404,3 +404,78 @@ async fn a_batch_whose_read_back_failed_is_read_after_the_reconnect() {
         3
     );
 }
+
+/// A partition: the instance's host is cut off from the server without a reset (the proxy
+/// holds every byte and closes nothing). The instance kills its handler once the server has
+/// not answered for its fence; the server drops the silent connection after the session's
+/// wait_timeout, and the reaper of an instance on the server's side puts the job back. It
+/// runs again, and only once its first run is dead; when the network heals, the cut-off
+/// instance's late release changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_instance_kills_its_handlers_before_their_jobs_run_elsewhere() {
+    let db = TestDb::new("partition").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    // Lock waits of 1 s: a statement's limit and the fence are 6 s, the session's
+    // wait_timeout 42 s.
+    let base = db.config_with_lock_wait("concurrency = 1", "1s");
+    let cut = db.path("cut.toml");
+    let url = proxy.url(&db);
+    edited(&base, &cut, &[(db.url.as_str(), url.as_str())]);
+    let direct = db.path("direct.toml");
+    std::fs::copy(&base, &direct).unwrap();
+
+    std::fs::write(db.path("slow"), "").unwrap();
+    let a = Worker::start(&cut, "a");
+    let id = db.insert("q", &["slow-if-flag"]).await[0];
+    while db.runs().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = db.runs()[0].3 as i32;
+    let b = Worker::start(&direct, "b");
+    b.wait_log("consumer: connected", 20).await;
+
+    let cut_at = Instant::now();
+    proxy.freeze();
+    a.wait_log("consumer: no answer from the database", 40)
+        .await;
+    let fenced = cut_at.elapsed();
+    let start = Instant::now();
+    while alive(first) {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the handler outlived the fence"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(fenced >= Duration::from_secs(5), "fenced after {fenced:?}");
+    std::fs::remove_file(db.path("slow")).unwrap();
+
+    // The server drops the silent connection; the job runs again on the server's side.
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 90)
+        .await;
+    let runs = db.runs();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1].2, "b");
+    assert!(b.log_text().contains("reaper: stale claim put back"));
+
+    // Healed: the cut-off instance's release is fenced out.
+    proxy.thaw();
+    let start = Instant::now();
+    while a.log_text().matches("consumer: connected").count() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{}",
+            a.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, attempts, ..) = db.job(id).await;
+    assert_eq!((status.as_str(), attempts), ("done", 1));
+    assert_eq!(db.runs().len(), 2);
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z"))
+}

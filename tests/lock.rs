@@ -409,3 +409,50 @@ async fn without_the_marker_table_a_holder_waits_and_says_why() {
     assert!(err.contains("cannot keep its marker"), "{err}");
     assert!(started.elapsed() >= Duration::from_secs(7), "{err}");
 }
+
+/// The holder's host is cut off without a reset (a partition: the proxy holds every byte and
+/// closes nothing). It stops its command once its check goes unanswered; the server drops its
+/// silent connection after the session's wait_timeout (30 s), not the default 8 hours, and
+/// the lock passes on, once the cut-off holder's command is surely dead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_cut_off_without_a_reset_loses_the_lock_in_seconds() {
+    let db = TestDb::new("lock_partition").await;
+    if galera(&db).await {
+        // The lease expires by itself there (a_killed_holder_frees_the_lock_and_its_command_dies).
+        return;
+    }
+    let proxy = common::proxy::Proxy::new();
+    proxy.up().await;
+    let config = db.config("", "");
+    let cut = db.path("cut.toml");
+    let url = proxy.url(&db);
+    common::edited(&config, &cut, &[(db.url.as_str(), url.as_str())]);
+    let name = format!("{}.partition", db.name);
+    let (pid1, verdict) = (db.path("pid1"), db.path("verdict"));
+    let first_script = format!("echo $$ > {p}; sleep 300", p = pid1.display());
+    let mut first = start(
+        &cut,
+        &[&name, "--kill-grace", "1s", "--", "sh", "-c", &first_script],
+    );
+    let pid = pid_in(&pid1).await;
+    holder(&db, &name).await;
+    proxy.freeze();
+
+    let second_script = format!(
+        "if kill -0 {pid} 2>/dev/null; then echo overlap; else echo alone; fi > {v}",
+        v = verdict.display()
+    );
+    let second = start(
+        &config,
+        &[&name, "--wait", "90s", "--", "sh", "-c", &second_script],
+    );
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&verdict).unwrap().trim(),
+        "alone",
+        "{err}"
+    );
+    assert_eq!(first.wait().unwrap().code(), Some(75));
+}

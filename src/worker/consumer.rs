@@ -123,6 +123,7 @@ impl Consumer {
             while let Some(f) = self.slots.try_finished() {
                 self.finished(f);
             }
+            self.fence_if_silent();
             self.slots.sweep(&settings);
             self.fill(&settings);
             self.reconnect_if_due().await;
@@ -223,6 +224,38 @@ impl Consumer {
         self.drain(timeout).await;
     }
 
+    /// The database has not answered for the link's fence (a partition, a host cut off, a
+    /// server down for long): every running handler is killed at once and its job released,
+    /// as are the jobs claimed ahead. The server drops a connection it has not heard from
+    /// for the session's `wait_timeout`, longer than this, and the reaper then puts the
+    /// claims back for another worker: a handler still running here would run beside its
+    /// job's next run. The releases wait for the connection; fenced by batch_id, they change
+    /// nothing once the reaper was first.
+    fn fence_if_silent(&mut self) {
+        if self.slots.is_empty() && self.prefetch.is_empty() {
+            return;
+        }
+        let silent = self.link.silent_for();
+        if silent < self.link.fence() {
+            return;
+        }
+        let ahead = self.prefetch.take_all();
+        error!(
+            running = self.slots.len(),
+            claimed_ahead = ahead.len(),
+            "consumer: no answer from the database for {}s: killing the running handlers and releasing their jobs, which the server will soon hand to another worker",
+            silent.as_secs()
+        );
+        self.slots.fence();
+        for r in ahead {
+            self.outbox.push(Completion {
+                job_id: r.job.id,
+                batch_id: r.batch_id,
+                outcome: Outcome::Release,
+            });
+        }
+    }
+
     /// Starts prefetched jobs while there are free slots.
     fn fill(&mut self, settings: &Settings) {
         while self.slots.len() < settings.worker.concurrency {
@@ -275,6 +308,7 @@ impl Consumer {
             }
             self.link.keepalive().await;
             self.write_or_reconnect().await;
+            self.fence_if_silent();
         }
         let give_up = Instant::now() + FINAL_WRITE;
         while !self.outbox.is_empty() && Instant::now() < give_up {
@@ -303,6 +337,7 @@ impl Consumer {
         if self.slots.is_empty() && self.prefetch.is_empty() {
             return;
         }
+        let limit = self.link.limit();
         let Some(conn) = self.link.conn() else {
             return;
         };
@@ -313,7 +348,7 @@ impl Consumer {
             .collect();
         batches.sort_unstable();
         batches.dedup();
-        match jobs::cancelled(conn, &batches).await {
+        match db::within(limit, jobs::cancelled(conn, &batches)).await {
             Ok(ids) => {
                 self.link.succeeded();
                 if ids.is_empty() {
@@ -337,6 +372,7 @@ impl Consumer {
         const ER_TABLEACCESS_DENIED: u16 = 1142;
         self.busy.clear();
         let quarantine_free = self.quarantine_free();
+        let limit = self.link.limit();
         let Some(conn) = self.link.conn() else {
             return;
         };
@@ -357,7 +393,7 @@ impl Consumer {
                 *probes % PAUSES_RETRY == 0
             }
         };
-        let mut found = jobs::probe(conn, &served, pauses, &suspects).await;
+        let mut found = db::within(limit, jobs::probe(conn, &served, pauses, &suspects)).await;
         if let Err(e) = &found {
             if db::server_code(e) == Some(ER_TABLEACCESS_DENIED) {
                 if self.pauses_denied.is_none() {
@@ -365,7 +401,7 @@ impl Consumer {
                     self.pauses_denied = Some(0);
                 }
                 self.paused.clear();
-                found = jobs::probe(conn, &served, false, &suspects).await;
+                found = db::within(limit, jobs::probe(conn, &served, false, &suspects)).await;
             }
         }
         match found {
@@ -393,6 +429,7 @@ impl Consumer {
     /// what it left is offered again to the queues that filled their share. So the claim
     /// comes back short only when every served queue is drained. Returns how many it got.
     async fn claim(&mut self, settings: &Settings, want: usize) -> anyhow::Result<usize> {
+        let limit = self.link.limit();
         let Some((conn, server)) = self.link.claimer() else {
             return Ok(0);
         };
@@ -419,7 +456,12 @@ impl Consumer {
             while k < self.busy.len() && left > 0 {
                 let share = left.div_ceil(offered);
                 offered -= 1;
-                match jobs::claim(conn, batch_id, &self.busy[k], share, &who).await {
+                match db::within(
+                    limit,
+                    jobs::claim(conn, batch_id, &self.busy[k], share, &who),
+                )
+                .await
+                {
                     Ok(n) if n < share => {
                         left -= n;
                         self.busy.remove(k);
@@ -448,7 +490,7 @@ impl Consumer {
                 }
             };
         }
-        let claimed = match jobs::read_batch(conn, batch_id).await {
+        let claimed = match db::within(limit, jobs::read_batch(conn, batch_id)).await {
             Ok(claimed) => claimed,
             Err(e) => {
                 self.unread.push(batch_id);
@@ -502,10 +544,11 @@ impl Consumer {
     /// again and has re-owned them: their jobs run as if the claim had just been made.
     async fn read_unread(&mut self, settings: &Settings) {
         while let Some(&batch_id) = self.unread.first() {
+            let limit = self.link.limit();
             let Some(conn) = self.link.conn() else {
                 return;
             };
-            match jobs::read_batch(conn, batch_id).await {
+            match db::within(limit, jobs::read_batch(conn, batch_id)).await {
                 Ok(claimed) => {
                     self.link.succeeded();
                     self.unread.remove(0);
@@ -526,11 +569,12 @@ impl Consumer {
     /// than the consumer's: without this, a node that only consumers use would look unused,
     /// and their claims dead, to every reaper.
     async fn stamp(&mut self, settings: &Settings) {
+        let limit = self.link.limit();
         let Some((conn, server)) = self.link.claimer() else {
             return;
         };
         let fresh = settings.reaper.interval / 2;
-        match servers::stamp_unless_fresh(conn, server, fresh).await {
+        match db::within(limit, servers::stamp_unless_fresh(conn, server, fresh)).await {
             Ok(()) => self.link.wrote(),
             Err(e) => self.db_error(e).await,
         }
@@ -563,6 +607,7 @@ impl Consumer {
         let Some(queue) = self.suspects.clone() else {
             return Ok(());
         };
+        let limit = self.link.limit();
         let Some((conn, server)) = self.link.claimer() else {
             return Ok(());
         };
@@ -575,14 +620,14 @@ impl Consumer {
             owner_server: server,
             worker: &self.worker,
         };
-        if !jobs::claim_suspect(conn, batch_id, &queue, &who).await? {
+        if !db::within(limit, jobs::claim_suspect(conn, batch_id, &queue, &who)).await? {
             self.link.used();
             self.suspects = None;
             return Ok(());
         }
         // Claimed: the quarantine slot is its from now, read back or not.
         self.quarantine = Some(batch_id);
-        let claimed = match jobs::read_batch(conn, batch_id).await {
+        let claimed = match db::within(limit, jobs::read_batch(conn, batch_id)).await {
             Ok(claimed) => claimed,
             Err(e) => {
                 self.unread.push(batch_id);
@@ -627,10 +672,11 @@ impl Consumer {
         if self.outbox.is_empty() {
             return;
         }
+        let limit = self.link.limit();
         let Some(conn) = self.link.conn() else {
             return;
         };
-        match self.outbox.write(conn).await {
+        match db::within(limit, self.outbox.write(conn)).await {
             Ok(()) => self.link.wrote(),
             Err(e) => self.db_error(e).await,
         }
@@ -651,9 +697,15 @@ impl Consumer {
             chain(&*e)
         );
         // A deadlock has rolled the transaction back, a lock wait timeout only the statement.
+        let limit = self.link.limit();
         if let Some(conn) = self.link.conn() {
-            if let Err(e) = conn.query_drop("ROLLBACK").await {
-                self.link.lost(&anyhow::anyhow!(db::describe(&e)));
+            let rollback = async {
+                conn.query_drop("ROLLBACK")
+                    .await
+                    .map_err(|e| anyhow::anyhow!(db::describe(&e)))
+            };
+            if let Err(e) = db::within(limit, rollback).await {
+                self.link.lost(&e);
                 return;
             }
         }
@@ -674,10 +726,12 @@ impl Consumer {
             return;
         }
         self.stats.beat();
-        let Some(mut fresh) = self.link.connect_if_due().await else {
+        let stale_after = self.settings.borrow().reaper.stale_after;
+        let Some(mut fresh) = self.link.connect_if_due(stale_after).await else {
             return;
         };
-        match self.adopt(&mut fresh).await {
+        let limit = self.link.limit();
+        match db::within(limit, self.adopt(&mut fresh)).await {
             Ok(adopted) => self.link.install(fresh, adopted),
             Err(e) => self.link.failed(&e.context("setting up the connection")),
         }

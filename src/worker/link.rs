@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use tokio::sync::oneshot;
@@ -18,6 +19,14 @@ use crate::error::chain;
 /// How long the connection may sit without a query before it is pinged, so that a server's
 /// `wait_timeout` never closes it under a long-running handler.
 const KEEPALIVE: Duration = Duration::from_secs(1);
+/// How much longer than a lock wait (`database.lock_wait_timeout`) any of the consumer's
+/// statements may take before its connection counts as lost: see [`Link::limit`].
+const STATEMENT_SLACK: Duration = Duration::from_secs(5);
+/// The longest a connection and its setup (identity, adopting the claims) may take.
+const SETUP_LIMIT: Duration = Duration::from_secs(15);
+/// What the server's `wait_timeout` for this session adds to the longest the consumer can
+/// take to stop its handlers: see [`Link::wait_timeout`].
+const WAIT_TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
 
 pub struct Link {
     db: DatabaseSettings,
@@ -29,6 +38,13 @@ pub struct Link {
     /// Counts on until a statement succeeds again, so that a connection that works and a
     /// statement that always fails cannot make a tight connect-fail loop.
     backoff: Backoff,
+    /// The longest one statement may take (see [`Link::limit`]).
+    limit: Duration,
+    /// When the server last answered on this link.
+    last_answer: Instant,
+    /// How long without an answer the consumer stops its handlers (see [`Link::fence`]);
+    /// set at each connect, with the session's `wait_timeout` that it must stay under.
+    fence: Duration,
     /// The server refused a write as read-only: said once, and the backoff is not reset by
     /// reads until a write succeeds again (see [`Link::wrote`]).
     read_only: db::ReadOnly,
@@ -43,16 +59,22 @@ pub struct Link {
 pub struct Fresh {
     pub conn: Conn,
     pub server: String,
+    /// The fence that goes with the session's `wait_timeout` (see [`Link::fence`]).
+    fence: Duration,
 }
 
 impl Link {
     pub fn new(db: DatabaseSettings, connected: oneshot::Sender<()>) -> Self {
+        let limit = Duration::from_secs(db.lock_wait_timeout) + STATEMENT_SLACK;
         Link {
             db,
             conn: None,
             server: String::new(),
             reconnect_at: Instant::now(),
             backoff: Backoff::default(),
+            limit,
+            last_answer: Instant::now(),
+            fence: limit,
             read_only: db::ReadOnly::default(),
             last_query: Instant::now(),
             connected: Some(connected),
@@ -76,6 +98,40 @@ impl Link {
     /// A statement ran: the keepalive waits again.
     pub fn used(&mut self) {
         self.last_query = Instant::now();
+        self.last_answer = self.last_query;
+    }
+
+    /// The longest one of the consumer's statements may take: a lock wait and some. A
+    /// statement that has no answer by then runs on a connection in doubt (a partition, a
+    /// host gone without a reset), which is dropped rather than waited on for the kernel's
+    /// quarter of an hour of retransmissions (see [`db::within`]).
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// How long the server has not answered on this link, connected or not.
+    pub fn silent_for(&self) -> Duration {
+        self.last_answer.elapsed()
+    }
+
+    /// How long the consumer may go without an answer before it stops its handlers: half of
+    /// `stale_after` (a restart of the server or a blip is ridden out), and never less than
+    /// one statement's limit. The loop notices at its next turn, which waits at most for one
+    /// statement, or for a connection and its setup.
+    pub fn fence(&self) -> Duration {
+        self.fence
+    }
+
+    /// The session's `wait_timeout`: the server drops the connection of a consumer it has not
+    /// heard from for this long, and the reaper then puts its claims back. Longer than the
+    /// consumer can take to stop its handlers once the server stops answering (the last
+    /// answer may come a statement's limit after the server last heard from it; then the
+    /// fence, and the loop's longest wait), so that a handler cut off by a partition is dead
+    /// before its job can run elsewhere; short enough that a host gone without a reset (power
+    /// lost, a partition) gives its claims back in a minute or two, not after hours of TCP
+    /// keepalive or the server's default of 8 hours.
+    fn wait_timeout(&self, fence: Duration) -> Duration {
+        self.limit + fence + self.limit.max(SETUP_LIMIT) + WAIT_TIMEOUT_MARGIN
     }
 
     /// A statement succeeded: the connection works, and the backoff starts over, unless the
@@ -120,29 +176,41 @@ impl Link {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        match conn.ping().await {
+        let ping = async {
+            conn.ping()
+                .await
+                .map_err(|e| anyhow::anyhow!(db::describe(&e)))
+        };
+        match db::within(self.limit, ping).await {
             Ok(()) => self.used(),
-            Err(e) => self.lost(&anyhow::anyhow!(db::describe(&e))),
+            Err(e) => self.lost(&e),
         }
     }
 
     /// When the link is down and its backoff has passed, one attempt to connect. A new
     /// connection is handed back with its server's identity, for the consumer to adopt its
     /// claims on before [`Link::install`]; a failure is logged and waits for the backoff.
-    pub async fn connect_if_due(&mut self) -> Option<Fresh> {
+    pub async fn connect_if_due(&mut self, stale_after: Duration) -> Option<Fresh> {
         if self.conn.is_some() || Instant::now() < self.reconnect_at {
             return None;
         }
-        let result = match db::connect(&self.db).await {
-            Ok(mut conn) => match ServerId::of(&mut conn).await {
-                Ok(server) => Ok(Fresh {
-                    conn,
-                    server: server.to_string(),
-                }),
-                Err(e) => Err(e.context("setting up the connection")),
-            },
-            Err(e) => Err(e.into()),
+        let fence = (stale_after / 2).max(self.limit);
+        let wait_timeout = self.wait_timeout(fence).as_secs();
+        let setup = async {
+            let mut conn = db::connect(&self.db).await?;
+            let server = ServerId::of(&mut conn)
+                .await
+                .context("setting up the connection")?;
+            conn.query_drop(format!("SET SESSION wait_timeout = {wait_timeout}"))
+                .await
+                .context("setting up the connection: wait_timeout")?;
+            Ok::<_, anyhow::Error>(Fresh {
+                conn,
+                server: server.to_string(),
+                fence,
+            })
         };
+        let result = db::within(SETUP_LIMIT, setup).await;
         match result {
             Ok(fresh) => Some(fresh),
             Err(e) => {
@@ -170,6 +238,7 @@ impl Link {
         }
         self.conn = Some(fresh.conn);
         self.server = fresh.server;
+        self.fence = fresh.fence;
         self.used();
         if let Some(tx) = self.connected.take() {
             let _ = tx.send(());
@@ -199,15 +268,23 @@ mod tests {
             link.deadline() <= Instant::now(),
             "the first attempt is due at once"
         );
-        assert!(link.connect_if_due().await.is_none());
+        assert!(link
+            .connect_if_due(Duration::from_secs(120))
+            .await
+            .is_none());
         let first = link.deadline() - Instant::now();
         assert!(first > Duration::from_millis(100), "{first:?}");
         assert!(
-            link.connect_if_due().await.is_none(),
+            link.connect_if_due(Duration::from_secs(120))
+                .await
+                .is_none(),
             "not due again before the backoff"
         );
         tokio::time::sleep_until(link.deadline()).await;
-        assert!(link.connect_if_due().await.is_none());
+        assert!(link
+            .connect_if_due(Duration::from_secs(120))
+            .await
+            .is_none());
         let second = link.deadline() - Instant::now();
         assert!(second > first, "{second:?} after {first:?}");
         assert!(rx.try_recv().is_err(), "no READY without a connection");

@@ -47,6 +47,11 @@ impl Pool {
         }
     }
 
+    /// The token that kills the processes that leave from now on (see `Slots::fence`).
+    pub fn set_abort(&mut self, abort: CancellationToken) {
+        self.abort = abort;
+    }
+
     /// Whether processes are still on their way out.
     pub fn is_leaving(&self) -> bool {
         !self.leaving.is_empty()

@@ -190,6 +190,14 @@ impl Slots {
         self.abort.cancel();
     }
 
+    /// Kills every handler running now, as [`Slots::abort`] does, and goes on serving: the
+    /// handlers started later, and the processes that leave later, answer to a new token.
+    pub fn fence(&mut self) {
+        let old = std::mem::replace(&mut self.abort, CancellationToken::new());
+        self.pool.set_abort(self.abort.clone());
+        old.cancel();
+    }
+
     /// Idle persistent processes: see [`Pool::sweep`].
     pub fn sweep(&mut self, settings: &Settings) {
         self.pool.sweep(settings, self.busy_processes());

@@ -2,6 +2,7 @@
 //! "goes away" for the clients behind it (their connections are closed, new ones refused)
 //! while the server itself keeps running for every other test.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +31,9 @@ pub struct Proxy {
     /// Closes a connection whose client sent nothing for this long, as proxies and load
     /// balancers with an idle timeout do.
     idle: Option<Duration>,
+    /// While set, nothing passes either way and nothing is closed: a network partition, or a
+    /// host gone without a reset, as both ends see it.
+    frozen: Arc<AtomicBool>,
     /// Cancelled by `down`: stops accepting and closes every connection made while up.
     up: Arc<Mutex<Option<CancellationToken>>>,
 }
@@ -49,6 +53,7 @@ impl Proxy {
             own_ids: false,
             fault: Arc::new(Mutex::new(None)),
             idle: None,
+            frozen: Arc::new(AtomicBool::new(false)),
             up: Arc::new(Mutex::new(None)),
         }
     }
@@ -65,6 +70,16 @@ impl Proxy {
         let mut proxy = Proxy::new();
         proxy.idle = Some(idle);
         proxy
+    }
+
+    /// Stops every byte, both ways, on every connection, without closing any (see `frozen`).
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets bytes pass again.
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
     }
 
     /// Arms a fault for the next packet that matches it (see [`Fault`]).
@@ -98,6 +113,7 @@ impl Proxy {
         let own_ids = self.own_ids;
         let fault = self.fault.clone();
         let idle = self.idle;
+        let frozen = self.frozen.clone();
         tokio::spawn(async move {
             loop {
                 let (client, _) = tokio::select! {
@@ -110,6 +126,7 @@ impl Proxy {
                 let token = token.clone();
                 let upstream = upstream.clone();
                 let fault = fault.clone();
+                let frozen = frozen.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(&upstream).await else {
                         return;
@@ -122,12 +139,13 @@ impl Proxy {
                     {
                         return;
                     }
-                    let (mut from_server, to_server) = server.into_split();
-                    let (from_client, mut to_client) = client.into_split();
+                    let (from_server, to_server) = server.into_split();
+                    let (from_client, to_client) = client.into_split();
+                    let none = Mutex::new(None);
                     tokio::select! {
                         _ = token.cancelled() => {}
-                        _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
-                        _ = forward(from_client, to_server, &fault, idle) => {}
+                        _ = forward(from_server, to_client, &none, None, &frozen) => {}
+                        _ = forward(from_client, to_server, &fault, idle, &frozen) => {}
                     }
                 });
             }
@@ -148,16 +166,20 @@ impl Drop for Proxy {
     }
 }
 
-/// Copies a client's packets to the server, applying the armed fault to the first that
-/// matches it.
+/// Copies one direction's bytes, applying the armed fault to the first packet that matches
+/// it, and holding them while the proxy is frozen.
 async fn forward(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     fault: &Mutex<Option<Fault>>,
     idle: Option<Duration>,
+    frozen: &AtomicBool,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let read = from.read(&mut buf);
         let n = match idle {
             None => read.await?,
@@ -186,6 +208,10 @@ async fn forward(
             Some(Fault::Stall(_, delay)) => tokio::time::sleep(delay).await,
             Some(Fault::Cut(_)) => return Ok(()),
             None => {}
+        }
+        // Read just as the proxy froze: held too.
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         to.write_all(chunk).await?;
     }

@@ -24,6 +24,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Args;
 use futures_util::StreamExt as _;
+use mysql_async::prelude::Queryable as _;
 use mysql_async::Conn;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -44,6 +45,8 @@ use held::Held;
 const MAX_NAME: usize = 64;
 /// How often the lock is checked (a lease renewed).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// The session `wait_timeout` of a holder's connection: many checks long.
+const HOLDER_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Args, Debug)]
 pub struct LockArgs {
@@ -93,6 +96,16 @@ pub async fn run(config: &Path, args: LockArgs) -> Result<u8, Error> {
         .await
         .map_err(|e| Error::new(e.exit_code(), e))?;
     let name = &args.name;
+    // The lock (or the lease) lives as long as this connection, which is checked every
+    // second: a holder's host gone without a reset must not keep it for the server's default
+    // of 8 hours. A new holder then waits out the old one's command (see `held`).
+    conn.query_drop(format!(
+        "SET SESSION wait_timeout = {}",
+        HOLDER_WAIT_TIMEOUT.as_secs()
+    ))
+    .await
+    .map_err(|e| anyhow!("lock {name}: {}", db::describe(&e)))
+    .or_exit(ExitCode::Unavailable)?;
     let server = db::ServerId::of(&mut conn)
         .await
         .or_exit(ExitCode::Unavailable)?;
