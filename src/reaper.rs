@@ -47,6 +47,7 @@ use crate::purge;
 use crate::store::jobs::{self, OldClaim, Rescued};
 use crate::store::servers;
 use crate::worker::name::WorkerName;
+use crate::worker::session_wait_timeout;
 
 /// The most old claims read in one statement: a pass reads every one, a page at a time.
 const PAGE: usize = 1000;
@@ -315,11 +316,12 @@ impl Reaper {
         }
         // A server restart or a failover always breaks this connection, so a recent connection
         // is how the reaper knows the owners of claims made elsewhere may still be reconnecting.
-        let settled = since.elapsed() >= settings.reaper.stale_after;
+        let connected_for = since.elapsed();
         let mut result = reap(
             conn,
             server,
-            settled,
+            connected_for,
+            &self.db,
             &settings,
             &mut self.refused,
             &mut self.suspects,
@@ -341,7 +343,8 @@ const LOCK: &str = "myjob_reaper";
 async fn reap(
     conn: &mut Conn,
     server: &ServerId,
-    settled: bool,
+    connected_for: Duration,
+    db: &DatabaseSettings,
     settings: &Settings,
     refused: &mut bool,
     suspects: &mut HashSet<Suspect>,
@@ -390,7 +393,9 @@ async fn reap(
         members,
         // One pass of slack: a live server is stamped once per interval.
         stale: stale_after + settings.reaper.interval,
-        settled,
+        settled: connected_for >= stale_after,
+        connected_for,
+        member_silence: session_wait_timeout(db, stale_after) + settings.reaper.interval,
     };
     let mut foreign = 0;
     for claim in &old {
@@ -511,6 +516,10 @@ struct View<'a> {
     /// The reaper has been connected for `stale_after`: owners of claims made elsewhere have
     /// had that long to reconnect and re-own them.
     settled: bool,
+    /// How long the reaper has reached this server's life.
+    connected_for: Duration,
+    /// A Galera member nobody stamps is gone only after this long: see [`judge`].
+    member_silence: Duration,
 }
 
 fn judge(claim: &OldClaim, view: &View) -> Verdict {
@@ -527,23 +536,40 @@ fn judge(claim: &OldClaim, view: &View) -> Verdict {
     }
     // Made through another server, or an earlier start of this one: alive while it stamps its
     // heartbeat. Every instance's reaper stamps the server it reaches, and its consumer the
-    // one it claims through, so a server nobody stamps has no instance left to judge its
-    // claims by its processlist: a Galera member that no instance uses any more as much as a
-    // node that has left. Both get the same grace as any server, so that instances may
-    // reconnect when it comes back quickly.
-    let alive = view
+    // one it claims through. A Galera node that has left gets the same grace as any server,
+    // so that instances may reconnect when it comes back quickly. A member nobody stamps may
+    // hold an instance that is only stalled (stopped, swapping), whose connection, listed
+    // there and invisible from here, keeps its claims alive: it is gone once the member has
+    // been silent for longer than a consumer's session wait_timeout, after which the member
+    // itself has dropped every silent consumer's connection.
+    let age = view
         .heartbeats
         .iter()
-        .any(|(s, age)| s.same_life(&owner) && *age < view.stale);
+        .filter(|(s, _)| s.same_life(&owner))
+        .map(|(_, age)| *age)
+        .min();
+    let member = match (&owner.galera, &view.members) {
+        (Some(uuid), Some(members)) => members.contains(uuid),
+        _ => false,
+    };
+    let alive = match (member, age) {
+        (false, Some(age)) => age < view.stale,
+        (false, None) => false,
+        (true, Some(age)) => age < view.member_silence,
+        (true, None) => view.connected_for < view.member_silence,
+    };
     let left = match (&owner.galera, &view.members) {
-        (Some(uuid), Some(members)) if !members.contains(uuid) => {
-            "its Galera node has left the cluster and "
-        }
+        (Some(_), Some(_)) if !member => "its Galera node has left the cluster and ",
         _ => "",
+    };
+    let silence = if member {
+        view.member_silence
+    } else {
+        view.stale
     };
     let gone = format!(
         "{left}its server {owner} has had no heartbeat for {} ({me} now)",
-        humantime::format_duration(view.stale)
+        humantime::format_duration(silence)
     );
     if alive {
         Verdict::Foreign
@@ -614,6 +640,8 @@ mod tests {
             members: None,
             stale: Duration::from_secs(6),
             settled,
+            connected_for: Duration::from_secs(if settled { 600 } else { 1 }),
+            member_silence: Duration::from_secs(120),
         }
     }
 
@@ -666,24 +694,40 @@ mod tests {
         let mut v = view(&me, true);
         v.members = Some(["aaa".to_owned(), "bbb".to_owned()].into());
         let c = |owner: &str| claim(Some(owner), Some(9));
-        // A node that left is gone once its heartbeat is stale; so is a member that no
-        // instance stamps any more: nobody is there to judge its claims.
+        // A node that left is gone once its heartbeat is stale (6 s here).
         let Verdict::Dead(why) = judge(&c("db:3313/1000/galera:ccc"), &v) else {
             panic!("a node that left the cluster holds its claims")
         };
         assert!(why.contains("left the cluster"), "{why}");
+        // A member nobody stamps may hold a stalled instance: alive until it has been silent
+        // for longer than a consumer's session wait_timeout (120 s here), then gone.
+        v.heartbeats
+            .push((server("db:3312/1000/galera:bbb"), Duration::from_secs(60)));
+        assert_eq!(judge(&c("db:3312/1000/galera:bbb"), &v), Verdict::Foreign);
+        v.heartbeats[2].1 = Duration::from_secs(121);
         let Verdict::Dead(why) = judge(&c("db:3312/1000/galera:bbb"), &v) else {
             panic!("a member nobody stamps holds its claims")
         };
-        assert!(!why.contains("left the cluster"), "{why}");
-        // Stamped, either is alive.
-        for node in ["db:3313/1000/galera:ccc", "db:3312/1000/galera:bbb"] {
-            v.heartbeats.push((server(node), Duration::from_secs(2)));
-            assert_eq!(judge(&c(node), &v), Verdict::Foreign);
-        }
-        // Without the member list (no SELECT on it), the heartbeats decide as well.
+        assert!(
+            !why.contains("left the cluster") && why.contains("2m"),
+            "{why}"
+        );
+        // Never stamped: judged by how long this reaper has been there to see it.
+        let never = c("db:3312/1000/galera:ddd");
+        v.members = Some(["aaa".to_owned(), "ddd".to_owned()].into());
+        assert!(matches!(judge(&never, &v), Verdict::Dead(_)));
+        v.connected_for = Duration::from_secs(30);
+        assert_eq!(judge(&never, &v), Verdict::Foreign);
+        // Stamped lately, a node that left is alive too; without the member list (no SELECT
+        // on it), the heartbeats decide as for any server.
+        v.heartbeats
+            .push((server("db:3313/1000/galera:ccc"), Duration::from_secs(2)));
+        assert_eq!(judge(&c("db:3313/1000/galera:ccc"), &v), Verdict::Foreign);
         v.members = None;
-        assert_eq!(judge(&c("db:3312/1000/galera:bbb"), &v), Verdict::Foreign);
+        assert!(matches!(
+            judge(&c("db:3312/1000/galera:bbb"), &v),
+            Verdict::Dead(_)
+        ));
     }
 
     #[test]

@@ -97,12 +97,14 @@ async fn claims_made_through_a_node_that_dies_come_back() {
 
 /// The instance that worked through node 3 is killed, and no instance connects through node 3
 /// any more, while the node stays a member of the cluster: no reaper there will judge its
-/// claims. A reaper on another node puts them back once node 3's heartbeat is stale.
+/// claims. A reaper on another node puts them back once node 3 has been silent for longer
+/// than a consumer's session wait_timeout (42 s with lock waits of 1 s and stale_after 2 s),
+/// by when node 3 has dropped the connection of any instance that was only stalled.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the Galera cluster: run through tests/run"]
 async fn claims_of_a_member_node_that_no_instance_uses_come_back() {
     let db = TestDb::new("galera_member").await;
-    let config = db.config("concurrency = 2", "");
+    let config = db.config_with_lock_wait("concurrency = 2", "1s");
     let on_node_3 = db.path("node3.toml");
     edited(
         &config,
@@ -117,8 +119,14 @@ async fn claims_of_a_member_node_that_no_instance_uses_come_back() {
     third.wait(10);
     common::kill_recorded_handlers(&db, "3");
 
+    let killed = Instant::now();
     let first = Worker::start(&config, "1");
-    first.wait_log("stale claim put back", 30).await;
+    first.wait_log("stale claim put back", 90).await;
+    assert!(
+        killed.elapsed() >= Duration::from_secs(42),
+        "put back {:?} after the kill",
+        killed.elapsed()
+    );
     std::fs::remove_file(db.path("slow")).unwrap();
     db.wait_count("status = 'done'", 2, 30).await;
     for id in ids {

@@ -25,8 +25,32 @@ const STATEMENT_SLACK: Duration = Duration::from_secs(5);
 /// The longest a connection and its setup (identity, adopting the claims) may take.
 const SETUP_LIMIT: Duration = Duration::from_secs(15);
 /// What the server's `wait_timeout` for this session adds to the longest the consumer can
-/// take to stop its handlers: see [`Link::wait_timeout`].
+/// take to stop its handlers: see [`session_wait_timeout`].
 const WAIT_TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
+
+/// How long a consumer goes without an answer before it stops its handlers (see
+/// [`Link::fence`]): half of `stale_after`, and never less than one statement's limit.
+fn fence_for(limit: Duration, stale_after: Duration) -> Duration {
+    (stale_after / 2).max(limit)
+}
+
+/// The session's `wait_timeout`: the server drops the connection of a consumer it has not
+/// heard from for this long, and the reaper then puts its claims back. Longer than the
+/// consumer can take to stop its handlers once the server stops answering (the last
+/// answer may come a statement's limit after the server last heard from it; then the
+/// fence, and the loop's longest wait), so that a handler cut off by a partition is dead
+/// before its job can run elsewhere; short enough that a host gone without a reset (power
+/// lost, a partition) gives its claims back in a minute or two, not after hours of TCP
+/// keepalive or the server's default of 8 hours.
+pub fn session_wait_timeout(db: &DatabaseSettings, stale_after: Duration) -> Duration {
+    let limit = statement_limit(db);
+    limit + fence_for(limit, stale_after) + limit.max(SETUP_LIMIT) + WAIT_TIMEOUT_MARGIN
+}
+
+/// The longest one of the consumer's statements may take (see [`Link::limit`]).
+fn statement_limit(db: &DatabaseSettings) -> Duration {
+    Duration::from_secs(db.lock_wait_timeout) + STATEMENT_SLACK
+}
 
 pub struct Link {
     db: DatabaseSettings,
@@ -65,7 +89,7 @@ pub struct Fresh {
 
 impl Link {
     pub fn new(db: DatabaseSettings, connected: oneshot::Sender<()>) -> Self {
-        let limit = Duration::from_secs(db.lock_wait_timeout) + STATEMENT_SLACK;
+        let limit = statement_limit(&db);
         Link {
             db,
             conn: None,
@@ -116,22 +140,10 @@ impl Link {
 
     /// How long the consumer may go without an answer before it stops its handlers: half of
     /// `stale_after` (a restart of the server or a blip is ridden out), and never less than
-    /// one statement's limit. The loop notices at its next turn, which waits at most for one
-    /// statement, or for a connection and its setup.
+    /// one statement's limit (see [`fence_for`]). The loop notices at its next turn, which
+    /// waits at most for one statement, or for a connection and its setup.
     pub fn fence(&self) -> Duration {
         self.fence
-    }
-
-    /// The session's `wait_timeout`: the server drops the connection of a consumer it has not
-    /// heard from for this long, and the reaper then puts its claims back. Longer than the
-    /// consumer can take to stop its handlers once the server stops answering (the last
-    /// answer may come a statement's limit after the server last heard from it; then the
-    /// fence, and the loop's longest wait), so that a handler cut off by a partition is dead
-    /// before its job can run elsewhere; short enough that a host gone without a reset (power
-    /// lost, a partition) gives its claims back in a minute or two, not after hours of TCP
-    /// keepalive or the server's default of 8 hours.
-    fn wait_timeout(&self, fence: Duration) -> Duration {
-        self.limit + fence + self.limit.max(SETUP_LIMIT) + WAIT_TIMEOUT_MARGIN
     }
 
     /// A statement succeeded: the connection works, and the backoff starts over, unless the
@@ -194,8 +206,8 @@ impl Link {
         if self.conn.is_some() || Instant::now() < self.reconnect_at {
             return None;
         }
-        let fence = (stale_after / 2).max(self.limit);
-        let wait_timeout = self.wait_timeout(fence).as_secs();
+        let fence = fence_for(self.limit, stale_after);
+        let wait_timeout = session_wait_timeout(&self.db, stale_after).as_secs();
         let setup = async {
             let mut conn = db::connect(&self.db).await?;
             let server = ServerId::of(&mut conn)

@@ -16,3 +16,4 @@ pub mod retry;
 mod slots;
 
 pub use consumer::Consumer;
+pub use link::session_wait_timeout;
