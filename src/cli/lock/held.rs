@@ -206,20 +206,25 @@ impl Held {
 
     /// Gives the lock up and closes the connection; closing alone frees a named lock, and a
     /// lease left behind expires.
+    /// Each step has [`CHECK_TIMEOUT`]: after a lost connection (a partition) there may be
+    /// no answer at all, and myjob must still exit.
     pub async fn release(self, mut conn: Conn, name: &str) {
-        match self {
-            Held::Named { marker } => {
-                // The marker first: a lock released is one whose command has ended.
-                if let Some(token) = marker {
-                    let _ = locks::release(&mut conn, name, token).await;
+        let steps = async {
+            match self {
+                Held::Named { marker } => {
+                    // The marker first: a lock released is one whose command has ended.
+                    if let Some(token) = marker {
+                        locks::release(&mut conn, name, token).await?;
+                    }
+                    conn.exec_drop("DO RELEASE_LOCK(?)", (name,)).await?;
                 }
-                let _ = conn.exec_drop("DO RELEASE_LOCK(?)", (name,)).await;
+                Held::Lease { token, .. } => locks::release(&mut conn, name, token).await?,
             }
-            Held::Lease { token, .. } => {
-                let _ = locks::release(&mut conn, name, token).await;
-            }
+            anyhow::Ok(conn)
+        };
+        if let Ok(Ok(conn)) = timeout(CHECK_TIMEOUT, steps).await {
+            let _ = timeout(CHECK_TIMEOUT, conn.disconnect()).await;
         }
-        let _ = conn.disconnect().await;
     }
 }
 
