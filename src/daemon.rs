@@ -72,7 +72,7 @@ pub async fn run(
         };
         // A `myjob migrate` through another node of a Galera cluster a moment ago counts.
         let checked = match db::causal(&mut conn, db::Causal::Reads).await {
-            Ok(()) => schema::check(&mut conn).await,
+            Ok(_) => schema::check(&mut conn).await,
             Err(e) => Err(e),
         };
         match checked {

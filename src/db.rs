@@ -59,6 +59,9 @@ pub struct ConnectError {
     /// `mysql://user@host:port/db`.
     pub database: String,
     pub message: String,
+    /// The server itself turned the login down (too many connections, a locked or unknown
+    /// account, a host blocked): it is up, and lists no connection of ours.
+    pub answered: bool,
 }
 
 impl fmt::Display for ConnectError {
@@ -91,6 +94,7 @@ pub async fn connect(db: &DatabaseSettings) -> Result<Conn, ConnectError> {
         failure,
         database: db.display.clone(),
         message,
+        answered: false,
     };
     // Fencing reads affected-row counts as "rows changed", so CLIENT_FOUND_ROWS (which counts
     // rows matched) stays off whatever the url asks for.
@@ -107,7 +111,11 @@ pub async fn connect(db: &DatabaseSettings) -> Result<Conn, ConnectError> {
             } else {
                 ConnectFailure::Unavailable
             };
-            return Err(fail(failure, describe(&e)));
+            let answered = matches!(e, mysql_async::Error::Server(_));
+            return Err(ConnectError {
+                answered,
+                ..fail(failure, describe(&e))
+            });
         }
         Err(_) => {
             return Err(fail(
@@ -163,14 +171,16 @@ pub enum Causal {
 /// commits a moment after they commit; without the wait, a read through it may not see a
 /// `myjob migrate` or an enqueue just committed through another node. It costs a round trip
 /// of the cluster per statement, so the claim's hot path never asks for it. Elsewhere it does
-/// nothing: MySQL has no `wsrep_on`, and a MariaDB outside a cluster says OFF.
-pub async fn causal(conn: &mut Conn, what: Causal) -> anyhow::Result<()> {
+/// nothing: MySQL has no `wsrep_on`, and a MariaDB outside a cluster says OFF. Says whether
+/// the server is a Galera node (so that a caller on a long-lived connection knows to call
+/// [`causal_off`] after).
+pub async fn causal(conn: &mut Conn, what: Causal) -> anyhow::Result<bool> {
     let wsrep: Option<(String, String)> = conn
         .query_first("SHOW VARIABLES LIKE 'wsrep_on'")
         .await
         .context("asking whether the server is a Galera node")?;
     if !wsrep.is_some_and(|(_, on)| on.eq_ignore_ascii_case("ON")) {
-        return Ok(());
+        return Ok(false);
     }
     // Bits: 1 reads, 2 UPDATE and DELETE, 4 INSERT and REPLACE.
     let mask = match what {
@@ -179,7 +189,16 @@ pub async fn causal(conn: &mut Conn, what: Causal) -> anyhow::Result<()> {
     };
     conn.query_drop(format!("SET SESSION wsrep_sync_wait = {mask}"))
         .await
-        .context("asking the Galera node for causal reads")
+        .context("asking the Galera node for causal reads")?;
+    Ok(true)
+}
+
+/// Ends what [`causal`] began, on a Galera node: the session's statements stop waiting for
+/// the cluster (the claim's hot path must not pay a cluster round trip per statement).
+pub async fn causal_off(conn: &mut Conn) -> anyhow::Result<()> {
+    conn.query_drop("SET SESSION wsrep_sync_wait = 0")
+        .await
+        .context("ending the Galera node's causal reads")
 }
 
 /// What [`try_lock`] found.

@@ -405,6 +405,164 @@ async fn a_batch_whose_read_back_failed_is_read_after_the_reconnect() {
     );
 }
 
+/// The connection breaks on the claim's UPDATE after the server ran it: the jobs are this
+/// instance's claims, though it never learned so. They are read back after the reconnect and
+/// run, rather than left claimed for the reaper, which would count them as a dead worker's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_whose_answer_was_lost_is_read_after_the_reconnect() {
+    let db = TestDb::new("claim_answer_lost").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    // The queue's name travels only in the probe's and the claim's parameters: the first
+    // packet that holds it is the probe, the second the claim.
+    proxy.arm(Fault::CutAfter("cutqueue", 1));
+    let config = config_through(
+        &db,
+        &proxy,
+        "proxied.toml",
+        &[("name = \"q\"", "name = \"cutqueue\"")],
+    );
+    let ids = db.insert("cutqueue", &["ok", "ok", "ok"]).await;
+    let worker = Worker::start(&config, "1");
+    db.wait_count("status = 'done'", 3, 30).await;
+    assert!(proxy.fired(), "the claim was never cut");
+    let log = worker.log_text();
+    assert!(
+        log.contains("read back the batch claimed before the connection broke"),
+        "{log}"
+    );
+    assert!(!log.contains("stale claim put back"), "{log}");
+    let runs: Vec<u64> = db.runs().iter().map(|r| r.0).collect();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    for id in ids {
+        assert!(runs.contains(&id), "{id} never ran: {runs:?}");
+    }
+    assert_eq!(
+        db.count("attempts = 1 AND suspicion = 0 AND last_error IS NULL")
+            .await,
+        3
+    );
+}
+
+/// A deploy while a claimed batch waits to be read back (its read-back broke, and the server
+/// is away): the drain reads it once the server is back and releases its jobs, rather than
+/// leave them claimed for the reaper, which would count them as a dead worker's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_unread_at_the_shutdown_is_released() {
+    let db = TestDb::new("unread_shutdown").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    proxy.arm(Fault::Cut("ORDER BY priority DESC, id"));
+    let config = config_through(&db, &proxy, "proxied.toml", &[]);
+    db.insert("q", &["ok", "ok", "ok"]).await;
+    let mut worker = Worker::start(&config, "1");
+    let start = Instant::now();
+    while !proxy.fired() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never cut");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    proxy.down();
+    assert!(db.count("status = 'claimed'").await > 0);
+    worker.signal(nix::sys::signal::Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.up().await;
+    assert_eq!(worker.wait(30), Some(0), "{}", worker.log_text());
+    let log = worker.log_text();
+    assert!(
+        log.contains("job released: claimed before the connection broke"),
+        "{log}"
+    );
+    assert_eq!(
+        db.count("status = 'pending' AND attempts = 0 AND suspicion = 0 AND batch_id IS NULL")
+            .await,
+        3,
+        "{log}"
+    );
+    assert!(db.runs().is_empty());
+}
+
+/// The instance's connection drops and the server, up, turns its reconnects down (here its
+/// account is locked; in production too many connections, say). The server lists no
+/// connection of the instance, so another instance's reaper puts its job back two passes
+/// later: the instance stops the handler before that, rather than wait for the fence of a
+/// server that does not answer, and the job never runs twice at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn reconnects_turned_down_stop_the_handlers_before_the_reaper_puts_back() {
+    let db = TestDb::new("refused").await;
+    let user = format!("myjob_refused_{:08x}", rand::random::<u32>());
+    let mut admin = db.conn().await;
+    admin
+        .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await
+        .unwrap();
+    admin
+        .query_drop(format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY 'Refused-1'"
+        ))
+        .await
+        .unwrap();
+    admin
+        .query_drop(format!("GRANT ALL PRIVILEGES ON *.* TO '{user}'@'%'"))
+        .await
+        .unwrap();
+    // One second of lock wait: a statement's limit, and the fence of a silent server, are 6 s.
+    let direct = db.config_with_lock_wait("concurrency = 1", "1s");
+    let locked = db.path("locked.toml");
+    let host_and_db = db.url.split_once('@').unwrap().1;
+    let as_user = format!("mysql://{user}:Refused-1@{host_and_db}");
+    edited(&direct, &locked, &[(db.url.as_str(), as_user.as_str())]);
+
+    std::fs::write(db.path("slow"), "").unwrap();
+    let a = Worker::start(&locked, "a");
+    let id = db.insert("q", &["slow-if-flag"]).await[0];
+    while db.runs().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = db.runs()[0].3 as i32;
+    let b = Worker::start(&direct, "b");
+    b.wait_log("consumer: connected", 20).await;
+
+    admin
+        .query_drop(format!("ALTER USER '{user}'@'%' ACCOUNT LOCK"))
+        .await
+        .unwrap();
+    let conns: Vec<u64> = admin
+        .exec(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ?",
+            (user.as_str(),),
+        )
+        .await
+        .unwrap();
+    for c in conns {
+        let _ = admin.query_drop(format!("KILL CONNECTION {c}")).await;
+    }
+    // The job runs again on b: by then the first run is dead.
+    let start = Instant::now();
+    while db.runs().len() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never ran again: {}",
+            b.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !alive(first),
+        "the first run was alive when the job ran again:\n{}",
+        a.log_text()
+    );
+    assert!(a
+        .log_text()
+        .contains("consumer: no answer from the database"));
+    admin
+        .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await
+        .unwrap();
+    std::fs::remove_file(db.path("slow")).unwrap();
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 30)
+        .await;
+}
+
 /// A partition: the instance's host is cut off from the server without a reset (the proxy
 /// holds every byte and closes nothing). The instance kills its handler once the server has
 /// not answered for its fence; the server drops the silent connection after the session's
@@ -474,6 +632,58 @@ async fn a_partitioned_instance_kills_its_handlers_before_their_jobs_run_elsewhe
     let (status, attempts, ..) = db.job(id).await;
     assert_eq!((status.as_str(), attempts), ("done", 1));
     assert_eq!(db.runs().len(), 2);
+}
+
+/// A blip: the connection drops while a handler runs, and before the instance is back the
+/// reaper of another instance has put the job back (as it does for a connection the server
+/// no longer lists) and that instance runs it. At the reconnect the first instance finds its
+/// claim gone and stops its handler: the job does not go on running twice at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_gone_at_the_reconnect_stops_its_handler() {
+    let db = TestDb::new("gone_at_reconnect").await;
+    let proxy = Proxy::new();
+    proxy.up().await;
+    let config = config_through(&db, &proxy, "proxied.toml", &[]);
+    std::fs::write(db.path("slow"), "").unwrap();
+    let a = Worker::start(&config, "a");
+    let id = db.insert("q", &["slow-if-flag"]).await[0];
+    while db.runs().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = db.runs()[0].3 as i32;
+
+    // Away; the claim goes back, as the reaper puts back those of a connection that is gone.
+    proxy.down();
+    db.conn()
+        .await
+        .exec_drop(
+            "UPDATE myjob_jobs SET status = 'pending', batch_id = NULL, owner_conn = NULL, \
+             owner_server = NULL, worker = NULL, claimed_at = NULL WHERE id = ?",
+            (id,),
+        )
+        .await
+        .unwrap();
+    proxy.up().await;
+    a.wait_log(
+        &format!("job's handler stopped: its claim was put back while the connection was away, for another worker to run job_id={id}"),
+        30,
+    )
+    .await;
+    let start = Instant::now();
+    while alive(first) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the handler of a claim that was gone went on running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.wait_log("job's handler ended: its claim had been put back", 10)
+        .await;
+    // The job is pending, for any worker: this one claims it anew and runs it to the end.
+    std::fs::remove_file(db.path("slow")).unwrap();
+    db.wait_count(&format!("id = {id} AND status = 'done'"), 1, 30)
+        .await;
+    assert_eq!(db.runs().len(), 2, "{:?}", db.runs());
 }
 
 fn alive(pid: i32) -> bool {

@@ -81,6 +81,9 @@ pub struct Consumer {
     /// When to stamp the heartbeat of the server this instance claims through next (see
     /// [`Consumer::stamp`]).
     next_stamp: Instant,
+    /// Running jobs whose claim was gone at a reconnect (see [`Consumer::adopt`]): their
+    /// handlers were stopped, and their end is logged as that, not as an operator's cancel.
+    lost: Vec<u64>,
 }
 
 impl Consumer {
@@ -109,6 +112,7 @@ impl Consumer {
             suspects: None,
             unread: Vec::new(),
             next_stamp: now,
+            lost: Vec::new(),
         }
     }
 
@@ -169,13 +173,20 @@ impl Consumer {
                 self.check_cancelled().await;
             }
             if want.low && due {
-                if let Err(e) = self.claim(&settings, want.jobs).await {
-                    // Tried again at the next poll, when the probe has looked afresh.
-                    self.busy.clear();
-                    self.db_error(e).await;
-                }
+                let claimed = match self.claim(&settings, want.jobs).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        // Tried again at the next poll, when the probe has looked afresh.
+                        self.busy.clear();
+                        self.db_error(e).await;
+                        0
+                    }
+                };
                 self.fill(&settings);
-                if !self.busy.is_empty()
+                // Another claim at once only after one that got jobs: with the link down a
+                // claim gets none, and going round again would spin until the reconnect.
+                if claimed > 0
+                    && !self.busy.is_empty()
                     && self.prefetch.is_empty()
                     && self.slots.len() < worker.concurrency
                 {
@@ -229,14 +240,20 @@ impl Consumer {
     /// as are the jobs claimed ahead. The server drops a connection it has not heard from
     /// for the session's `wait_timeout`, longer than this, and the reaper then puts the
     /// claims back for another worker: a handler still running here would run beside its
-    /// job's next run. The releases wait for the connection; fenced by batch_id, they change
-    /// nothing once the reaper was first.
+    /// job's next run. When the server is up and turns the reconnects down, the fence is
+    /// shorter (see [`Link::refused_fence`]). The releases wait for the connection; fenced by
+    /// batch_id, they change nothing once the reaper was first.
     fn fence_if_silent(&mut self) {
         if self.slots.is_empty() && self.prefetch.is_empty() {
             return;
         }
+        let interval = self.settings.borrow().reaper.interval;
+        let fence = self
+            .link
+            .refused_fence(interval)
+            .unwrap_or(self.link.fence());
         let silent = self.link.silent_for();
-        if silent < self.link.fence() {
+        if silent < fence {
             return;
         }
         let ahead = self.prefetch.take_all();
@@ -311,7 +328,8 @@ impl Consumer {
             self.fence_if_silent();
         }
         let give_up = Instant::now() + FINAL_WRITE;
-        while !self.outbox.is_empty() && Instant::now() < give_up {
+        self.release_unread().await;
+        while !(self.outbox.is_empty() && self.unread.is_empty()) && Instant::now() < give_up {
             // The reconnect when the link is down; the pause after a lost race when it is up.
             let next = match self.link.is_up() {
                 true => self.outbox.deadline(),
@@ -321,14 +339,37 @@ impl Consumer {
                 sleep_until(t.min(give_up)).await;
             }
             self.write_or_reconnect().await;
+            self.release_unread().await;
         }
-        if !self.outbox.is_empty() {
+        if !(self.outbox.is_empty() && self.unread.is_empty()) {
             error!(
                 jobs = self.outbox.len(),
                 "cannot write the last outcomes; the reaper will put these jobs back"
             );
         }
         self.link.close().await;
+    }
+
+    /// The stop path's part of [`Consumer::read_unread`]: batches claimed whose read-back
+    /// failed are read once the link is back, and their jobs released at once, rather than
+    /// left claimed for the reaper (which would count them as a dead worker's).
+    async fn release_unread(&mut self) {
+        if self.unread.is_empty() {
+            return;
+        }
+        let settings = self.settings.borrow().clone();
+        self.read_unread(&settings).await;
+        for r in self.prefetch.take_all() {
+            info!(
+                job_id = r.job.id,
+                "job released: claimed before the connection broke, and the shutdown came first"
+            );
+            self.outbox.push(Completion {
+                job_id: r.job.id,
+                batch_id: r.batch_id,
+                outcome: Outcome::Release,
+            });
+        }
     }
 
     /// While jobs run or wait to start: asks which of them an operator cancelled, stops the
@@ -480,6 +521,12 @@ impl Consumer {
         if left == want {
             return match failed {
                 Some(e) => {
+                    // The connection broke on an UPDATE that may have committed: its jobs
+                    // would be claimed by this instance with nobody to run them. Read back
+                    // after the reconnect (an empty batch reads as nothing).
+                    if db::classify(&e) == Failure::Connection {
+                        self.unread.push(batch_id);
+                    }
                     self.link.used();
                     Err(e)
                 }
@@ -552,11 +599,14 @@ impl Consumer {
                 Ok(claimed) => {
                     self.link.succeeded();
                     self.unread.remove(0);
-                    info!(
-                        batch_id,
-                        jobs = claimed.len(),
-                        "consumer: read back the batch claimed before the connection broke"
-                    );
+                    // A claim that broke before it committed reads back empty.
+                    if !claimed.is_empty() {
+                        info!(
+                            batch_id,
+                            jobs = claimed.len(),
+                            "consumer: read back the batch claimed before the connection broke"
+                        );
+                    }
                     self.take(settings, batch_id, claimed);
                 }
                 Err(e) => return self.db_error(e).await,
@@ -642,6 +692,14 @@ impl Consumer {
     /// A handler ended: log its outcome and keep it for the next write.
     fn finished(&mut self, f: Finished) {
         self.prefetch.completed();
+        // Whatever it ended with, a job stopped at a reconnect is no longer awaited.
+        let lost = match self.lost.iter().position(|&id| id == f.completion.job_id) {
+            Some(i) => {
+                self.lost.swap_remove(i);
+                true
+            }
+            None => false,
+        };
         self.stats.running.store(self.slots.len(), Relaxed);
         let (job_id, attempt) = (f.completion.job_id, f.attempt);
         match &f.completion.outcome {
@@ -661,6 +719,12 @@ impl Consumer {
                 job_id,
                 attempt, "job released: cut short by the shutdown, the attempt does not count"
             ),
+            Outcome::Cancelled if lost => {
+                info!(
+                    job_id,
+                    attempt, "job's handler ended: its claim had been put back"
+                )
+            }
             Outcome::Cancelled => info!(job_id, attempt, "job cancelled: its handler was stopped"),
         }
         self.outbox.push(f.completion);
@@ -737,8 +801,12 @@ impl Consumer {
         }
     }
 
-    /// Re-owns this instance's claims on a new connection, and drops the prefetched jobs whose
-    /// claim the reaper took while the connection was away: they are someone else's now.
+    /// Re-owns this instance's claims on a new connection, and lets go of those the reaper
+    /// took while the connection was away: they are someone else's now. A prefetched job is
+    /// dropped; a running one has its handler stopped, as a cancel does, so that it does not
+    /// run beside the job's next run. (Its outcome is still written, fenced by batch_id: it
+    /// changes nothing of a claim that is gone.) On a Galera node these statements wait for
+    /// the cluster, so that a put-back committed through another node is seen.
     async fn adopt(&mut self, fresh: &mut Fresh) -> anyhow::Result<u64> {
         let mut batches: Vec<u64> = self
             .slots
@@ -749,14 +817,34 @@ impl Consumer {
             .collect();
         batches.sort_unstable();
         batches.dedup();
+        let galera = db::causal(&mut fresh.conn, db::Causal::Everything).await?;
         let adopted = jobs::adopt(&mut fresh.conn, &batches, &fresh.server).await?;
-        let held = jobs::still_claimed(&mut fresh.conn, &self.prefetch.claims()).await?;
+        let running = self.slots.claims();
+        let mut claims = self.prefetch.claims();
+        claims.extend_from_slice(&running);
+        let held = jobs::still_claimed(&mut fresh.conn, &claims).await?;
+        if galera {
+            db::causal_off(&mut fresh.conn).await?;
+        }
         for job_id in self.prefetch.keep_only(&held) {
             warn!(
                 job_id,
                 "job dropped before its start: its claim was put back while the connection was away"
             );
         }
+        let gone: Vec<u64> = running
+            .iter()
+            .map(|c| c.0)
+            .filter(|id| !held.contains(id))
+            .collect();
+        for &job_id in &gone {
+            warn!(
+                job_id,
+                "job's handler stopped: its claim was put back while the connection was away, for another worker to run"
+            );
+        }
+        self.slots.cancel(&gone);
+        self.lost.extend(gone);
         Ok(adopted)
     }
 }

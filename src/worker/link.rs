@@ -73,6 +73,9 @@ pub struct Link {
     /// reads until a write succeeds again (see [`Link::wrote`]).
     read_only: db::ReadOnly,
     last_query: Instant,
+    /// While down: the server turned the last connect down itself (see
+    /// [`Link::refused_fence`]).
+    refused: bool,
     /// Told once the first connection is up and the server's identity read: the daemon sends
     /// READY=1 only then.
     connected: Option<oneshot::Sender<()>>,
@@ -101,6 +104,7 @@ impl Link {
             fence: limit,
             read_only: db::ReadOnly::default(),
             last_query: Instant::now(),
+            refused: false,
             connected: Some(connected),
         }
     }
@@ -144,6 +148,16 @@ impl Link {
     /// waits at most for one statement, or for a connection and its setup.
     pub fn fence(&self) -> Duration {
         self.fence
+    }
+
+    /// How long the consumer may go without an answer before it stops its handlers, when the
+    /// server is up but turns its reconnects down (too many connections, say): the server
+    /// lists no connection of this instance's, so another instance's reaper puts its claims
+    /// back two passes after it lost its connection, one `interval` apart. The handlers stop
+    /// at half that. Otherwise [`Link::fence`]: a server that does not answer runs no reaper,
+    /// and one that restarted judges earlier claims by their server's heartbeat.
+    pub fn refused_fence(&self, interval: Duration) -> Option<Duration> {
+        (self.conn.is_none() && self.refused).then(|| (interval / 2).min(self.fence))
     }
 
     /// A statement succeeded: the connection works, and the backoff starts over, unless the
@@ -234,6 +248,9 @@ impl Link {
 
     /// Connecting, or setting up the new connection, failed.
     pub fn failed(&mut self, e: &anyhow::Error) {
+        self.refused = e
+            .downcast_ref::<db::ConnectError>()
+            .is_some_and(|c| c.answered);
         self.reconnect_at = Instant::now() + self.backoff.failed("consumer", e);
     }
 
@@ -249,6 +266,7 @@ impl Link {
             info!(connection = id, "consumer: connected");
         }
         self.conn = Some(fresh.conn);
+        self.refused = false;
         self.server = fresh.server;
         self.fence = fresh.fence;
         self.used();

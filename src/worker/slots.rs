@@ -83,6 +83,14 @@ impl Slots {
         self.running.values().map(|r| r.batch_id)
     }
 
+    /// The running jobs as `(id, batch_id)`.
+    pub fn claims(&self) -> Vec<(u64, u64)> {
+        self.running
+            .values()
+            .map(|r| (r.job_id, r.batch_id))
+            .collect()
+    }
+
     /// Starts a handler for `r`.
     pub fn start(&mut self, r: Ready, worker: &WorkerSettings) {
         let kill_grace = worker.kill_grace;

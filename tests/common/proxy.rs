@@ -18,6 +18,10 @@ pub enum Fault {
     Stall(&'static str, Duration),
     /// Close that connection instead of forwarding it.
     Cut(&'static str),
+    /// Forward it, then close that connection before the server's answer comes back: a
+    /// statement that ran, whose client never learns it. The first `n` packets that match
+    /// pass untouched.
+    CutAfter(&'static str, usize),
 }
 
 pub struct Proxy {
@@ -194,9 +198,17 @@ async fn forward(
         let chunk = &buf[..n];
         let fired = {
             let mut armed = fault.lock().unwrap();
-            let hit = match armed.as_ref() {
+            let hit = match armed.as_mut() {
                 Some(Fault::Stall(p, _)) | Some(Fault::Cut(p)) => contains(chunk, p.as_bytes()),
-                None => false,
+                Some(Fault::CutAfter(p, skip)) if contains(chunk, p.as_bytes()) => {
+                    if *skip == 0 {
+                        true
+                    } else {
+                        *skip -= 1;
+                        false
+                    }
+                }
+                Some(Fault::CutAfter(..)) | None => false,
             };
             if hit {
                 armed.take()
@@ -207,6 +219,12 @@ async fn forward(
         match fired {
             Some(Fault::Stall(_, delay)) => tokio::time::sleep(delay).await,
             Some(Fault::Cut(_)) => return Ok(()),
+            Some(Fault::CutAfter(..)) => {
+                // Closed at once, so that the answer is not passed back: the server has read
+                // the statement whole and runs it all the same.
+                to.write_all(chunk).await?;
+                return Ok(());
+            }
             None => {}
         }
         // Read just as the proxy froze: held too.
