@@ -2,6 +2,7 @@
 //! binary as a child process, and one handler script whose behaviour the payload picks.
 #![allow(dead_code)]
 
+pub mod hosts;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};
@@ -413,7 +414,30 @@ impl Worker {
         Self::spawn(config, instance, env, log.to_owned(), true)
     }
 
+    /// Starts an instance on `host` (see [`hosts::Host`]), its stderr appended to `log`.
+    pub fn start_on(host: &hosts::Host, config: &Path, instance: &str, log: &Path) -> Worker {
+        Self::spawn_with(
+            host.command(bin()),
+            config,
+            instance,
+            &[],
+            log.to_owned(),
+            true,
+        )
+    }
+
     fn spawn(
+        config: &Path,
+        instance: &str,
+        env: &[(&str, &str)],
+        log: PathBuf,
+        append: bool,
+    ) -> Worker {
+        Self::spawn_with(Command::new(bin()), config, instance, env, log, append)
+    }
+
+    fn spawn_with(
+        mut command: Command,
         config: &Path,
         instance: &str,
         env: &[(&str, &str)],
@@ -427,7 +451,7 @@ impl Worker {
             .truncate(!append)
             .open(&log)
             .unwrap();
-        let child = Command::new(bin())
+        let child = command
             .args([
                 "--config",
                 config.to_str().unwrap(),

@@ -25,6 +25,8 @@ pub enum Fault {
 }
 
 pub struct Proxy {
+    /// Where it listens: 127.0.0.1, or a host's gateway (see `common::hosts`).
+    pub listen: std::net::IpAddr,
     pub port: u16,
     upstream: String,
     /// Hand clients a connection id of the proxy's own in the server's greeting, as a proxy
@@ -45,13 +47,19 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy on a free port of its own, down (nothing listens) until [`Proxy::up`].
     pub fn new() -> Proxy {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
+        Proxy::between("127.0.0.1".parse().unwrap(), &super::server_url())
+    }
+
+    /// A proxy listening on `listen` (an address of this machine's) for the server of `url`.
+    pub fn between(listen: std::net::IpAddr, url: &str) -> Proxy {
+        let port = std::net::TcpListener::bind((listen, 0))
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let opts = mysql_async::Opts::from_url(&super::server_url()).unwrap();
+        let opts = mysql_async::Opts::from_url(url).unwrap();
         Proxy {
+            listen,
             port,
             upstream: format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()),
             own_ids: false,
@@ -100,9 +108,10 @@ impl Proxy {
     pub fn url(&self, db: &super::TestDb) -> String {
         let opts = mysql_async::Opts::from_url(&db.url).unwrap();
         format!(
-            "mysql://{}:{}@127.0.0.1:{}/{}",
+            "mysql://{}:{}@{}:{}/{}",
             opts.user().unwrap(),
             opts.pass().unwrap_or(""),
+            self.listen,
             self.port,
             opts.db_name().unwrap()
         )
@@ -110,7 +119,7 @@ impl Proxy {
 
     /// Starts listening and forwarding.
     pub async fn up(&self) {
-        let listener = TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
+        let listener = TcpListener::bind((self.listen, self.port)).await.unwrap();
         let token = CancellationToken::new();
         *self.up.lock().unwrap() = Some(token.clone());
         let upstream = self.upstream.clone();
