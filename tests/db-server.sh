@@ -6,11 +6,12 @@
 #   mariadb11   MariaDB 11.8, with TLS (a test CA)      3308         Debian trixie's package, in a chroot
 #   mysql       MySQL 9.7, TLS on by default            3307         Debian sid's package, in a chroot
 #   galera      3 MariaDB 11.8 nodes, Galera 4          3311-3313    the mariadb11 root, in a chroot
+#   replicas    MariaDB 11.8 primary + replica          3321-3322    the mariadb11 root, in a chroot
 #
 #   tests/db-server.sh up NAME        start it (first time: debootstrap, ~1 min and ~1 GB each)
 #   tests/db-server.sh down NAME      stop it (its data is kept); reset NAME also removes the data
-#   tests/db-server.sh remove NAME    stop it and delete its root filesystem (galera and mariadb11 share one)
-#   tests/db-server.sh stop NAME [N]  SIGTERM by its pid file (galera: node N), wait for the exit
+#   tests/db-server.sh remove NAME    stop it and delete its root filesystem (mariadb11, galera and replicas share one)
+#   tests/db-server.sh stop NAME [N]  SIGTERM by its pid file (galera: node N, replicas: server N), wait for the exit
 #   tests/db-server.sh kill NAME [N]  SIGKILL by its pid file, wait for the exit
 #   tests/db-server.sh url NAME [N]   the test account's url: mysql://myjob_test:myjob_test@127.0.0.1:PORT
 #   tests/db-server.sh ca NAME        the CA file that signed the server's certificate (mariadb11, mysql)
@@ -19,6 +20,9 @@
 # Every `up` makes sure of the test account `myjob_test` (password `myjob_test`, every privilege),
 # which the tests use; on MySQL it is a caching_sha2_password account, MySQL's default. The pid
 # file of each server is how a test stops the right one: two of them are processes named mariadbd.
+# replicas: server 1 (3321) is the primary, server 2 (3322) its semi-synchronous replica by GTID;
+# `up` rebuilds the pair from nothing whenever it is not exactly that (a test switched roles or
+# killed one).
 # Needs root. DBS_DIR (default /var/tmp/myjob-db-servers) holds the root filesystems and logs.
 set -euo pipefail
 DBS_DIR=${DBS_DIR:-/var/tmp/myjob-db-servers}
@@ -36,7 +40,7 @@ spec() { # name -> suite package port daemon
   case "$1" in
     mysql) echo "sid mysql-server 3307 mysqld" ;;
     mariadb11) echo "trixie mariadb-server 3308 mariadbd" ;;
-    *) say "unknown server '$1' (mariadb10, mariadb11, mysql or galera)"; exit 64 ;;
+    *) say "unknown server '$1' (mariadb10, mariadb11, mysql, galera or replicas)"; exit 64 ;;
   esac
 }
 
@@ -234,11 +238,137 @@ CNF
   say "galera: 3 nodes up on 127.0.0.1:3311-3313 (cluster size $(sql 3311 -N -e "SHOW STATUS LIKE 'wsrep_cluster_size'" | cut -f2))"
 }
 
+# --- replicas: a MariaDB 11.8 primary and its replica, from the mariadb11 root filesystem ---
+# Server N listens on 332N; data in /var/lib/replica-N, pid file /run/mysqld/replica-N.pid
+# inside the root filesystem. Both are configured so that either can be the primary or the
+# replica (semi-synchronous, AFTER_SYNC, on server 1); roles are set at run time by `up`.
+replicas_pidfile() { echo "$(root_of mariadb11)/run/mysqld/replica-$1.pid"; }
+replicas_healthy() { # server 2 replicates from server 1, which is writable and replicates nothing
+  local st1 st2
+  answers 3321 && answers 3322 || return 1
+  st2=$(sql 3322 -e 'SHOW SLAVE STATUS\G' 2>/dev/null) || return 1
+  st1=$(sql 3321 -e 'SHOW SLAVE STATUS\G' 2>/dev/null) || return 1
+  grep -q '^ *Slave_IO_Running: Yes$' <<<"$st2" && grep -q '^ *Slave_SQL_Running: Yes$' <<<"$st2" \
+    && grep -q '^ *Master_Port: 3321$' <<<"$st2" || return 1
+  ! grep -q '^ *Slave_\(IO\|SQL\)_Running: Yes$' <<<"$st1" || return 1
+  [ "$(sql 3321 -N -e 'SELECT @@global.read_only' 2>/dev/null)" = 0 ] \
+    && [ "$(sql 3322 -N -e 'SELECT @@global.read_only' 2>/dev/null)" = 1 ]
+}
+replicas_stop() { # N: SIGTERM by its pid file, SIGKILL if it has not exited in 30 s
+  local pid cmd
+  pid=$(cat "$(replicas_pidfile "$1")" 2>/dev/null) || return 0
+  pid_alive "$pid" || return 0
+  # Only that server: a pid file left by a killed one may name a pid since reused.
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
+  [[ $cmd == *"replica-$1.cnf"* ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 120); do pid_alive "$pid" || return 0; sleep 0.25; done
+  say "replicas: server $1 (pid $pid) still running 30 s after SIGTERM: SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 40); do pid_alive "$pid" || return 0; sleep 0.25; done
+  say "replicas: server $1 (pid $pid) did not exit"; exit 1
+}
+replicas_server_up() { # N
+  local root; root=$(root_of mariadb11)
+  setsid chroot "$root" mariadbd --defaults-file="/etc/mysql/replica-$1.cnf" --user=mysql \
+    >>"$DBS_DIR/replicas/node$1.log" 2>&1 < /dev/null &
+}
+replicas_wait() { # N
+  for _ in $(seq 1 120); do answers "332$1" && return 0; sleep 0.25; done
+  tail -20 "$DBS_DIR/replicas/node$1.log" >&2; say "replicas: server $1 did not answer on 127.0.0.1:332$1 in 30 s"; exit 1
+}
+replicas_up() {
+  local root n st master
+  [ -x "$(root_of mariadb11)/usr/sbin/mariadbd" ] || chroot_up mariadb11
+  root=$(root_of mariadb11)
+  mountpoint -q "$root/proc" || mount --bind /proc "$root/proc"
+  mkdir -p "$DBS_DIR/replicas" "$root/run/mysqld"; chroot "$root" chown mysql:mysql /run/mysqld
+  for n in 1 2; do
+    # The primary's side of semi-synchronous replication on server 1 only; the replica's on
+    # both, so that either can be the replica after a switch of roles.
+    master=
+    [ "$n" = 1 ] && master='rpl_semi_sync_master_enabled=ON
+rpl_semi_sync_master_wait_point=AFTER_SYNC
+rpl_semi_sync_master_timeout=10000'
+    cat >"$root/etc/mysql/replica-$n.cnf" <<CNF
+[mysqld]
+datadir=/var/lib/replica-$n
+port=332$n
+socket=/run/mysqld/replica-$n.sock
+pid-file=/run/mysqld/replica-$n.pid
+bind-address=127.0.0.1
+skip-name-resolve
+server_id=$n
+log_bin=mariadb-bin
+relay_log=relay-bin
+binlog_format=ROW
+log_slave_updates=ON
+gtid_strict_mode=ON
+innodb_buffer_pool_size=128M
+rpl_semi_sync_slave_enabled=ON
+$master
+CNF
+  done
+  if replicas_healthy; then
+    test_account 3321 # replicated to server 2
+    say "replicas: up on 127.0.0.1:3321 (primary) and 127.0.0.1:3322 (replica), $(sql 3321 -N -e 'SELECT VERSION()')"
+    return 0
+  fi
+  say "replicas: (re)building the pair (log: $DBS_DIR/replicas/node{1,2}.log)"
+  for n in 2 1; do replicas_stop $n; done
+  for n in 1 2; do
+    if answers 332$n; then say "replicas: something else answers on 127.0.0.1:332$n"; exit 1; fi
+    rm -rf "$root/var/lib/replica-$n"
+    mkdir -p "$root/var/lib/replica-$n"; chroot "$root" chown mysql:mysql "/var/lib/replica-$n"
+    chroot "$root" mariadb-install-db --defaults-file="/etc/mysql/replica-$n.cnf" --force --user=mysql \
+      --auth-root-authentication-method=normal >"$DBS_DIR/replicas/init$n.log" 2>&1 \
+      || { tail -5 "$DBS_DIR/replicas/init$n.log" >&2; exit 1; }
+    replicas_server_up $n
+  done
+  for n in 1 2; do replicas_wait $n; done
+  # Server 1's binary log stays empty until server 2 is attached: with no replica, a
+  # semi-synchronous primary holds each commit for rpl_semi_sync_master_timeout (10 s).
+  # Server 2's own writes are wiped by RESET MASTER: a GTID of its own would break
+  # gtid_strict_mode the day it replicates to server 1. The replication account is made on
+  # both, unlogged, for either to be the primary.
+  drop_anonymous 3322
+  test_account 3322
+  for n in 1 2; do
+    sql 332$n <<'SQL'
+SET sql_log_bin=0;
+CREATE USER 'repl'@'%' IDENTIFIED BY 'repl';
+GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
+SET sql_log_bin=1;
+RESET MASTER;
+SQL
+  done
+  sql 3322 <<'SQL'
+SET GLOBAL read_only=ON;
+CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=3321, MASTER_USER='repl', MASTER_PASSWORD='repl',
+  MASTER_USE_GTID=slave_pos;
+START SLAVE;
+SQL
+  for _ in $(seq 1 120); do replicas_healthy && break; sleep 0.25; done
+  if ! replicas_healthy; then
+    st=$(sql 3322 -e 'SHOW SLAVE STATUS\G' 2>&1 || true)
+    grep -E 'Running|Last_.*Error:' <<<"$st" >&2 || true
+    say "replicas: server 2 did not start replicating from server 1 in 30 s"; exit 1
+  fi
+  # Replicated, acknowledged by server 2 (semi-sync) and awaited there until applied.
+  drop_anonymous 3321
+  test_account 3321
+  if [ "$(sql 3322 -N -e "SELECT MASTER_GTID_WAIT('$(sql 3321 -N -e 'SELECT @@gtid_binlog_pos')', 30)")" != 0 ]; then
+    say "replicas: server 2 did not apply server 1's accounts in 30 s"; exit 1
+  fi
+  say "replicas: up on 127.0.0.1:3321 (primary) and 127.0.0.1:3322 (replica), $(sql 3321 -N -e 'SELECT VERSION()')"
+}
+
 # --- stopping by pid file -------------------------------------------------------------------
 pidfile() { # name [node]
   case "$1" in
     mariadb10) mariadb10_pidfile ;;
     galera) galera_pidfile "${2:?galera needs a node number}" ;;
+    replicas) replicas_pidfile "${2:?replicas needs a server number}" ;;
     *) spec "$1" >/dev/null; chroot_pidfile "$1" ;;
   esac
 }
@@ -255,6 +385,7 @@ port_of() { # name [node]
   case "$1" in
     mariadb10) echo 3306 ;;
     galera) echo "331${2:-1}" ;;
+    replicas) echo "332${2:-1}" ;;
     *) read -r _ _ port _ < <(spec "$1"); echo "$port" ;;
   esac
 }
@@ -264,20 +395,22 @@ case "${1:-}" in
     case "${2:?name}" in
       mariadb10) mariadb10_up ;;
       galera) galera_up ;;
+      replicas) replicas_up ;;
       *) chroot_up "$2" ;;
     esac ;;
   down)
-    if [ "${2:?name}" = galera ]; then
-      for n in 3 2 1; do signal_server TERM galera $n; done
-    else
-      signal_server TERM "$2"
-    fi
+    case "${2:?name}" in
+      galera) for n in 3 2 1; do signal_server TERM galera $n; done ;;
+      replicas) for n in 2 1; do signal_server TERM replicas $n; done ;;
+      *) signal_server TERM "$2" ;;
+    esac
     say "$2: down" ;;
   reset)
     "$0" down "${2:?name}"
     case "$2" in
       mariadb10) say "mariadb10 is the machine's own server: its data is left alone" ;;
       galera) rm -rf "$(root_of mariadb11)"/var/lib/galera-[123]; say "galera: data removed" ;;
+      replicas) rm -rf "$(root_of mariadb11)"/var/lib/replica-[12]; say "replicas: data removed" ;;
       *) rm -rf "$(root_of "$2")/var/lib/mysql-test"; say "$2: data removed" ;;
     esac ;;
   remove)
@@ -286,7 +419,8 @@ case "${1:-}" in
     case "${2:?name}" in
       mariadb10) say "mariadb10 is the machine's own server: nothing to remove"; exit 0 ;;
       mysql) "$0" down mysql ;;
-      mariadb11 | galera) "$0" down galera; "$0" down mariadb11; set -- remove mariadb11 ;;
+      mariadb11 | galera | replicas)
+        "$0" down galera; "$0" down replicas; "$0" down mariadb11; set -- remove mariadb11 ;;
     esac
     root=$(root_of "$2")
     if mountpoint -q "$root/proc"; then umount "$root/proc"; fi
@@ -306,6 +440,7 @@ case "${1:-}" in
     for n in mariadb10 mysql mariadb11; do
       p=$(port_of $n); if answers "$p"; then echo "$n: up on $p"; else echo "$n: down"; fi
     done
-    for n in 1 2 3; do if answers 331$n; then echo "galera node $n: up on 331$n"; else echo "galera node $n: down"; fi; done ;;
-  *) sed -n '2,20p' "$0"; exit 64 ;;
+    for n in 1 2 3; do if answers 331$n; then echo "galera node $n: up on 331$n"; else echo "galera node $n: down"; fi; done
+    for n in 1 2; do if answers 332$n; then echo "replicas server $n: up on 332$n"; else echo "replicas server $n: down"; fi; done ;;
+  *) sed -n '2,26p' "$0"; exit 64 ;;
 esac

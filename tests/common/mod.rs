@@ -2,8 +2,10 @@
 //! binary as a child process, and one handler script whose behaviour the payload picks.
 #![allow(dead_code)]
 
+pub mod haproxy;
 pub mod hosts;
 pub mod proxy;
+pub mod replicas;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -304,6 +306,48 @@ impl Drop for TestDb {
         })
         .join();
     }
+}
+
+/// The README's GRANT statements for the worker account, for database `db` and account
+/// `user`: the test runs what the README tells people to run.
+pub fn readme_grants(db: &str, user: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let grants: Vec<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("GRANT ") && !l.contains("mysql.wsrep_cluster_members"))
+        .map(|l| {
+            l.replace("app.", &format!("{db}."))
+                .replace("'myjob'@'10.0.0.%'", &format!("'{user}'@'%'"))
+        })
+        .collect();
+    assert_eq!(grants.len(), 6, "the README's GRANTs changed: {grants:?}");
+    grants
+}
+
+/// A new account `myjob_<tag>_…` with a random password and the README's GRANTs that pass
+/// `keep`; returns its name and password.
+pub async fn account(db: &TestDb, tag: &str, keep: impl Fn(&str) -> bool) -> (String, String) {
+    let token = format!("{:016x}", rand::random::<u64>());
+    let user = format!("myjob_{tag}_{}", &token[..8]);
+    let password = format!("Secret-{token}");
+    let mut admin = db.conn().await;
+    admin
+        .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await
+        .unwrap();
+    admin
+        .query_drop(format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"
+        ))
+        .await
+        .unwrap();
+    for grant in readme_grants(&db.name, &user) {
+        if keep(&grant) {
+            admin.query_drop(grant).await.unwrap();
+        }
+    }
+    (user, password)
 }
 
 /// The test handler. It records each run, then does what the payload says:
