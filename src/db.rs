@@ -48,7 +48,7 @@ pub enum ConnectFailure {
     /// TLS was asked for and failed: the server has none, or its certificate does not verify.
     /// Retrying does not help until the configuration or the server changes.
     Tls,
-    /// Something between myjob and the server multiplexes connections (see [`check_not_proxied`]).
+    /// Something between myjob and the server answers for it (see [`check_not_proxied`]).
     Proxied,
 }
 
@@ -258,20 +258,22 @@ fn is_tls_error(e: &mysql_async::Error) -> bool {
 }
 
 /// A claim is owned by the connection id the *server* gave it, and the reaper judges it by
-/// the server's processlist. Behind a proxy that multiplexes client sessions over server
-/// connections (ProxySQL, MaxScale's readwritesplit in some modes), the id the client was
-/// given at the handshake is the proxy's, and `CONNECTION_ID()` names whatever server
-/// connection ran the query: another client's claims could then look alive or dead at random.
-/// A connection passed through whole (TCP proxies, HAProxy, MaxScale's readconnroute) keeps
-/// the two equal. The handshake carries only 32 bits of the id.
+/// the server's processlist. A proxy that answers the client's handshake itself (ProxySQL,
+/// MaxScale) gives an id of its own, and keeps server connections in a pool of its own: it
+/// may run the client's statements on several of them (multiplexing), and keeps them open
+/// after the client has gone, so a dead worker's claims would look alive for as long as the
+/// pool keeps its connection. A connection passed through whole (a TCP proxy such as HAProxy
+/// in TCP mode, a virtual IP) keeps the two ids equal. The handshake carries only 32 bits of
+/// the id.
 pub fn check_not_proxied(handshake_id: u32, connection_id: u64) -> Result<(), String> {
     if connection_id & 0xffff_ffff == u64::from(handshake_id) {
         return Ok(());
     }
     Err(format!(
         "the connection id from the handshake ({handshake_id}) is not CONNECTION_ID() ({connection_id}): \
-         a proxy multiplexes connections, and myjob's claims are owned by their connection; \
-         connect to the server directly or through a proxy that keeps one server connection per client"
+         a proxy answers for the server (ProxySQL, MaxScale) and pools or shares its connections, \
+         while myjob's claims are owned by their connection; connect to the server directly or \
+         through a TCP proxy (HAProxy in TCP mode, a virtual IP)"
     ))
 }
 

@@ -274,7 +274,7 @@ async fn a_multiplexing_proxy_is_refused() {
     assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
     let line = error_line(&out);
     assert!(
-        line.starts_with("database mysql://") && line.contains("a proxy multiplexes connections"),
+        line.starts_with("database mysql://") && line.contains("a proxy answers for the server"),
         "{line}"
     );
     // `run` stops too, rather than retry for ever.
@@ -282,7 +282,7 @@ async fn a_multiplexing_proxy_is_refused() {
     assert_eq!(worker.wait(20), Some(78), "{}", worker.log_text());
     assert!(worker
         .log_text()
-        .contains("a proxy multiplexes connections"));
+        .contains("a proxy answers for the server"));
 }
 
 /// The server's identity is its start time, read as the time now less the uptime, in two
