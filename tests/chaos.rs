@@ -28,7 +28,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{TestDb, Worker};
+use common::haproxy::HaProxy;
+use common::hosts::Host;
+use common::{replicas, TestDb, Worker};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts};
 use nix::sys::signal::Signal;
@@ -49,6 +51,16 @@ const FREEZE_FOR: Duration = Duration::from_secs(8);
 const THAW_BEFORE_RESTART: Duration = Duration::from_secs(3);
 /// How long the server stays down in its restart.
 const DB_DOWN_FOR: Duration = Duration::from_secs(3);
+/// A blip: an instance's host cut off for less than its fence, which it rides out.
+const BLIP_FOR: Duration = Duration::from_secs(10);
+/// A partition: an instance's host cut off for longer than its session's wait_timeout (75 s
+/// with the default lock wait), after which the server has dropped its connections and the
+/// other instances' reapers put its claims back.
+const PARTITION_FOR: Duration = Duration::from_secs(90);
+/// How long a cut-off instance may go on running its handlers: its fence (a statement's
+/// limit, 20 s with the default lock wait), noticed within one more statement's limit at
+/// the most. Its jobs must not run elsewhere before.
+const FENCE: Duration = Duration::from_secs(20);
 
 /// The handler: records the start, sleeps 0 to 20 ms, fails attempt 1 of one job in 50, and
 /// records the end. bash, for `$EPOCHREALTIME` without a `date` process per line.
@@ -117,6 +129,12 @@ enum Fault {
         from: f64,
         to: f64,
     },
+    /// The instance's host cut off from the network (see `common::hosts`), nothing reset.
+    Partition {
+        instance: String,
+        from: f64,
+        to: f64,
+    },
     /// `held`: the jobs the instance had claimed when it was frozen.
     Freeze {
         pid: u32,
@@ -136,6 +154,8 @@ struct Run {
     start: f64,
     /// The exit code, when the run got to its end line.
     code: Option<i32>,
+    /// When it ended, when it got to its end line.
+    end: Option<f64>,
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -154,9 +174,29 @@ async fn chaos() {
         None => Work::under(Path::new("/"), dir.to_str().unwrap()),
     };
     write_handler(&work);
-    let configs: Vec<String> = (0..INSTANCES)
-        .map(|i| config_text(&db.node_url(i), &work))
+    // A failover run: the instances reach the primary through HAProxy, and the restart is a
+    // failover to the replica (tests/chaos sets MYJOB_TEST_REPLICA for `replicas`).
+    let haproxy = std::env::var("MYJOB_TEST_REPLICA")
+        .ok()
+        .map(|replica| HaProxy::start(&common::server_url(), &replica));
+    let mut urls: Vec<String> = (0..INSTANCES)
+        .map(|i| match &haproxy {
+            Some(h) => h.url(&db.node_url(i)),
+            None => db.node_url(i),
+        })
         .collect();
+    // Long runs as processes put each instance on a host of its own, which the run cuts off.
+    let mut hosts = Vec::new();
+    if std::env::var_os("MYJOB_CHAOS_PARTITIONS").is_some() {
+        assert!(systemd.is_none(), "partitions are run as processes");
+        for (i, url) in urls.iter_mut().enumerate() {
+            let (host, reached) =
+                Host::reaching(101 + i as u8, &format!("chaos-{}", i + 1), url).await;
+            hosts.push(host);
+            *url = reached;
+        }
+    }
+    let configs: Vec<String> = urls.iter().map(|u| config_text(u, &work)).collect();
     prepare(&db, jobs).await;
     println!(
         "chaos: {jobs} jobs over {} queues, {INSTANCES} instances x 4 slots as {}, faults for {} s",
@@ -176,9 +216,9 @@ async fn chaos() {
             assert_eq!(common::nodes().len(), 1, "a cluster is run as processes");
             Fleet::units(root, &configs[0])
         }
-        None => Fleet::processes(&dir, &configs),
+        None => Fleet::processes(&dir, &configs, hosts),
     };
-    let faults = inject(&db, &mut fleet, secs).await;
+    let faults = inject(&db, &mut fleet, secs, haproxy.as_ref()).await;
 
     // Every instance up again, then wait for the queue to empty.
     fleet.all_up().await;
@@ -315,6 +355,8 @@ enum Fleet {
         workers: Vec<Option<Worker>>,
         /// Killed instances, and when to start them again.
         restarts: Vec<(Instant, usize)>,
+        /// In a long run, the host of each instance (see `common::hosts`); none otherwise.
+        hosts: Vec<Host>,
     },
     Units {
         /// Each unit's NRestarts before the run.
@@ -323,7 +365,7 @@ enum Fleet {
 }
 
 impl Fleet {
-    fn processes(dir: &Path, configs: &[String]) -> Fleet {
+    fn processes(dir: &Path, configs: &[String], hosts: Vec<Host>) -> Fleet {
         let configs: Vec<PathBuf> = configs
             .iter()
             .enumerate()
@@ -335,13 +377,14 @@ impl Fleet {
             .collect();
         let logs = dir.to_owned();
         let workers = (0..INSTANCES)
-            .map(|i| Some(Self::start(&configs[i], &logs, i)))
+            .map(|i| Some(Self::start(&configs[i], &logs, i, hosts.get(i))))
             .collect();
         Fleet::Processes {
             configs,
             logs,
             workers,
             restarts: Vec::new(),
+            hosts,
         }
     }
 
@@ -360,9 +403,21 @@ impl Fleet {
         Fleet::Units { restarts_before }
     }
 
-    fn start(config: &Path, logs: &Path, i: usize) -> Worker {
+    fn start(config: &Path, logs: &Path, i: usize, host: Option<&Host>) -> Worker {
         let name = (i + 1).to_string();
-        Worker::start_appending(config, &name, &logs.join(format!("worker-{name}.log")))
+        let log = logs.join(format!("worker-{name}.log"));
+        match host {
+            Some(host) => Worker::start_on(host, config, &name, &log),
+            None => Worker::start_appending(config, &name, &log),
+        }
+    }
+
+    /// Instance `i`'s host, in a long run as processes.
+    fn host(&self, i: usize) -> Option<&Host> {
+        match self {
+            Fleet::Processes { hosts, .. } => hosts.get(i),
+            Fleet::Units { .. } => None,
+        }
     }
 
     /// The process id of instance `i` while it runs, as its handlers and the `worker` column
@@ -433,13 +488,14 @@ impl Fleet {
             logs,
             workers,
             restarts,
+            hosts,
         } = self
         {
             let now = Instant::now();
             restarts.retain(|&(when, i)| {
                 let due = all || now >= when;
                 if due {
-                    workers[i] = Some(Self::start(&configs[i], logs, i));
+                    workers[i] = Some(Self::start(&configs[i], logs, i, hosts.get(i)));
                 }
                 !due
             });
@@ -530,9 +586,24 @@ fn sd(args: &[&str]) -> std::process::Output {
 /// KILL CONNECTION of a random claimer every 7 s, one instance frozen (SIGSTOP) for longer
 /// than `stale_after` at 20 % of the time, and one server restart at half the time, once the
 /// frozen instance has resumed: both early, while the queue is still busy in a full run.
-async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
+async fn inject(
+    db: &TestDb,
+    fleet: &mut Fleet,
+    secs: Duration,
+    haproxy: Option<&HaProxy>,
+) -> Vec<Fault> {
     let begin = Instant::now();
     let mut faults = Vec::new();
+    // With hosts: a blip early on, a partition late (after the restart).
+    let mut cuts = vec![
+        (begin + secs.mul_f64(0.1), BLIP_FOR),
+        (begin + secs.mul_f64(0.6), PARTITION_FOR),
+    ];
+    if fleet.host(0).is_none() {
+        cuts.clear();
+    }
+    // The instance cut off now: (index, until, from).
+    let mut cut: Option<(usize, Instant, f64)> = None;
     let mut next_kill = begin + KILL_EVERY / 2;
     let mut next_conn_kill = begin + CONN_KILL_EVERY / 2;
     let restart_at = begin + secs.mul_f64(0.5);
@@ -543,18 +614,53 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
     loop {
         let froze = frozen.is_some() || faults.iter().any(|f| matches!(f, Fault::Freeze { .. }));
         let restarted = faults.iter().any(|f| matches!(f, Fault::DbRestart { .. }));
-        // Past `secs` only to end the freeze and do the one restart, if they are not done yet.
-        if begin.elapsed() >= secs && frozen.is_none() && restart.is_none() && restarted {
+        // Past `secs` only to end the freeze, the partition and do the one restart, if they
+        // are not done yet.
+        if begin.elapsed() >= secs
+            && frozen.is_none()
+            && restart.is_none()
+            && restarted
+            && cut.is_none()
+            && cuts.is_empty()
+        {
             break;
         }
         let t = Instant::now();
         let in_time = begin.elapsed() < secs;
         let frozen_i = frozen.as_ref().map(|f| f.0);
+        let cut_i = cut.as_ref().map(|c| c.0);
+
+        // A host cut off: never the frozen instance's, nor a killed one's.
+        if cut.is_none() && cuts.first().is_some_and(|c| t >= c.0) {
+            let (_, length) = cuts.remove(0);
+            let alive: Vec<usize> = (0..INSTANCES)
+                .filter(|&i| fleet.pid(i).is_some() && Some(i) != frozen_i)
+                .collect();
+            if let Some(&i) = pick(&alive) {
+                fleet.host(i).unwrap().cut();
+                println!(
+                    "chaos: host of instance {} cut off for {} s",
+                    i + 1,
+                    length.as_secs()
+                );
+                cut = Some((i, t + length, now()));
+            }
+        }
+        if cut.as_ref().is_some_and(|c| t >= c.1) {
+            let (i, _, from) = cut.take().unwrap();
+            fleet.host(i).unwrap().heal();
+            faults.push(Fault::Partition {
+                instance: (i + 1).to_string(),
+                from,
+                to: now(),
+            });
+        }
 
         if in_time && t >= next_kill {
             next_kill += KILL_EVERY;
+            // The cut-off instance is left alone: its handlers must die by its own fence.
             let alive: Vec<usize> = (0..INSTANCES)
-                .filter(|&i| fleet.pid(i).is_some() && Some(i) != frozen_i)
+                .filter(|&i| fleet.pid(i).is_some() && Some(i) != frozen_i && Some(i) != cut_i)
                 .collect();
             if let Some(&i) = pick(&alive) {
                 fleet.kill(i);
@@ -569,7 +675,8 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
         if in_time && t >= next_conn_kill && restart.is_none() {
             next_conn_kill += CONN_KILL_EVERY;
             let frozen_pid = frozen.as_ref().map(|f| f.1);
-            if let Some(f) = kill_a_claimer(db, fleet, frozen_pid).await {
+            let cut_pid = cut_i.and_then(|i| fleet.pid(i));
+            if let Some(f) = kill_a_claimer(db, fleet, &[frozen_pid, cut_pid]).await {
                 faults.push(f);
             }
         }
@@ -584,7 +691,13 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
             && thawed_for.is_some_and(|s| s >= THAW_BEFORE_RESTART.as_secs_f64())
             && !restarted
         {
-            restart = Some(tokio::spawn(restart_server()));
+            restart = Some(match haproxy {
+                Some(h) => {
+                    let fail_over = fail_over(h);
+                    tokio::spawn(fail_over)
+                }
+                None => tokio::spawn(restart_server()),
+            });
             // Marks that the restart has begun; replaced by the real window when it ends.
             faults.push(Fault::DbRestart {
                 from: now(),
@@ -600,7 +713,7 @@ async fn inject(db: &TestDb, fleet: &mut Fleet, secs: Duration) -> Vec<Fault> {
             }
         }
 
-        if t >= freeze_at && !froze {
+        if t >= freeze_at && !froze && cut.is_none() {
             // The instance holding the most claims on a live connection, so that the freeze
             // has something to test.
             let mut most: Option<(usize, u32, usize)> = None;
@@ -650,12 +763,12 @@ async fn try_conn(url: &str) -> Option<Conn> {
 }
 
 /// KILL CONNECTION of the claimer connection of one instance holding claims, on the server
-/// (the node) that instance is connected to. The frozen instance is left alone: its claims
-/// must survive for another reason.
-async fn kill_a_claimer(db: &TestDb, fleet: &Fleet, frozen_pid: Option<u32>) -> Option<Fault> {
+/// (the node) that instance is connected to. The frozen instance and the cut-off one are left
+/// alone: their claims must survive, or go, for another reason.
+async fn kill_a_claimer(db: &TestDb, fleet: &Fleet, spared: &[Option<u32>]) -> Option<Fault> {
     let mut candidates: Vec<(usize, u32)> = (0..INSTANCES)
         .filter_map(|i| Some((i, fleet.pid(i)?)))
-        .filter(|&(_, pid)| Some(pid) != frozen_pid)
+        .filter(|&(_, pid)| !spared.contains(&Some(pid)))
         .collect();
     while !candidates.is_empty() {
         let k = rand::random::<u64>() as usize % candidates.len();
@@ -781,12 +894,33 @@ async fn restart_server() -> (f64, f64) {
     (from, now())
 }
 
+/// The restart of a failover run: the primary killed (kill -9), the replica (semi-sync, so
+/// it has every commit a client was told of) promoted once it has applied what it received,
+/// HAProxy moved to it. From then on the run reads the new primary. Returns the window (Unix
+/// seconds) in which no primary answered.
+fn fail_over(haproxy: &HaProxy) -> impl std::future::Future<Output = (f64, f64)> + Send {
+    let switch = haproxy.switcher();
+    async move {
+        let from = now();
+        println!("chaos: killing the primary, failing over to the replica");
+        tokio::task::spawn_blocking(replicas::kill_primary)
+            .await
+            .unwrap();
+        let replica = replicas::replica_url();
+        replicas::apply_received(&replica).await;
+        replicas::promote(&replica).await;
+        switch.switch();
+        common::failed_over_to(&replica);
+        (from, now())
+    }
+}
+
 /// Waits until no job is pending, scheduled or claimed; returns how many still were at the
 /// deadline.
 async fn wait_empty(db: &TestDb, limit: Duration) -> u64 {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(mut conn) = try_conn(&db.url).await {
+        if let Some(mut conn) = try_conn(&db.node_url(0)).await {
             let left: Option<u64> = conn
                 .query_first(
                     "SELECT COUNT(*) FROM myjob_jobs \
@@ -838,6 +972,7 @@ impl Verdict {
             && self.done_unrun.is_empty()
             && !self.reruns.contains_key(UNEXPLAINED)
             && !self.reruns.contains_key(FROZEN)
+            && !self.reruns.contains_key(PARTITION_EARLY)
             && self.frozen_lost.is_empty()
             && self.systemd_restarts.is_none_or(|n| n == self.kills as u64)
     }
@@ -852,7 +987,7 @@ impl Verdict {
         ]
         .into_iter()
         .chain(
-            [UNEXPLAINED, FROZEN]
+            [UNEXPLAINED, FROZEN, PARTITION_EARLY]
                 .iter()
                 .filter_map(|c| self.reruns.get(c)),
         )
@@ -866,10 +1001,24 @@ impl Verdict {
         let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count();
         let reruns: usize = self.reruns.values().map(Vec::len).sum();
         println!(
-            "faults: {} kill -9, {} KILL CONNECTION, {} server restart, {} freeze of {} s (stale_after {} s; the frozen instance held {} claims)",
+            "faults: {} kill -9, {} KILL CONNECTION, {} server {}, {} host cut off ({}), {} freeze of {} s (stale_after {} s; the frozen instance held {} claims)",
             count(|f| matches!(f, Fault::Kill { .. })),
             count(|f| matches!(f, Fault::ConnKill { .. })),
             count(|f| matches!(f, Fault::DbRestart { .. })),
+            if std::env::var_os("MYJOB_TEST_REPLICA").is_some() {
+                "failover"
+            } else {
+                "restart"
+            },
+            count(|f| matches!(f, Fault::Partition { .. })),
+            faults
+                .iter()
+                .filter_map(|f| match f {
+                    Fault::Partition { from, to, .. } => Some(format!("{:.0} s", to - from)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
             count(|f| matches!(f, Fault::Freeze { .. })),
             FREEZE_FOR.as_secs(),
             STALE_AFTER.as_secs(),
@@ -914,7 +1063,7 @@ impl Verdict {
         );
         show("done without a successful run", &self.done_unrun);
         show("taken from the frozen instance", &self.frozen_lost);
-        for cause in [UNEXPLAINED, FROZEN] {
+        for cause in [UNEXPLAINED, FROZEN, PARTITION_EARLY] {
             show(cause, self.reruns.get(cause).map_or(&[][..], Vec::as_slice));
         }
         println!(
@@ -933,11 +1082,22 @@ impl Verdict {
 
 const KILLED: &str = "in flight when its instance was killed (kill -9)";
 const CONN_KILLED: &str = "in flight when its claimer connection was killed";
-const DB_RESTARTED: &str = "in flight when the server restarted";
+const DB_RESTARTED: &str = "in flight when the server restarted (or failed over)";
+const PARTITIONED: &str = "in flight on an instance whose host was cut off";
+const PARTITION_EARLY: &str =
+    "run elsewhere while its first run, on a cut-off host, may have lived (a bug)";
 const FROZEN: &str = "reaped while its instance was frozen (a bug)";
 const UNEXPLAINED: &str = "no fault explains it (a bug)";
 /// Worst first.
-const CAUSES: [&str; 5] = [UNEXPLAINED, FROZEN, KILLED, CONN_KILLED, DB_RESTARTED];
+const CAUSES: [&str; 7] = [
+    UNEXPLAINED,
+    FROZEN,
+    PARTITION_EARLY,
+    KILLED,
+    CONN_KILLED,
+    PARTITIONED,
+    DB_RESTARTED,
+];
 
 async fn judge(
     db: &TestDb,
@@ -1049,7 +1209,25 @@ async fn judge(
                 continue;
             }
             let window = |at: f64| at >= r.start - STALE_AFTER.as_secs_f64() && at <= next.start;
-            let c = if killed(&r.instance, r.start - 1.0, next.start) {
+            // Cut off while it ran: its instance kills it at its fence, and only then may the
+            // job run elsewhere (unless the run had ended by itself).
+            let partition = faults.iter().find_map(|f| match f {
+                Fault::Partition { instance, from, to }
+                    if *instance == r.instance && *from <= next.start && *to >= r.start =>
+                {
+                    Some(*from)
+                }
+                _ => None,
+            });
+            let c = if let Some(from) = partition {
+                let alive = r.end.is_none_or(|end| end > next.start);
+                if next.instance != r.instance && alive && next.start < from + FENCE.as_secs_f64()
+                {
+                    PARTITION_EARLY
+                } else {
+                    PARTITIONED
+                }
+            } else if killed(&r.instance, r.start - 1.0, next.start) {
                 KILLED
             } else if faults.iter().any(|f| matches!(f, Fault::DbRestart { from, to } if *from <= next.start && *to >= r.start - STALE_AFTER.as_secs_f64())) {
                 DB_RESTARTED
@@ -1095,7 +1273,10 @@ fn read_runs(path: &Path) -> HashMap<u64, Vec<Run>> {
         });
         match kind {
             "S" => run.start = micros.parse::<f64>().unwrap() / 1e6,
-            _ => run.code = Some(code.parse().unwrap()),
+            _ => {
+                run.code = Some(code.parse().unwrap());
+                run.end = Some(micros.parse::<f64>().unwrap() / 1e6);
+            }
         }
     }
     let mut runs: HashMap<u64, Vec<Run>> = HashMap::new();

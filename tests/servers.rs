@@ -280,9 +280,7 @@ async fn a_multiplexing_proxy_is_refused() {
     // `run` stops too, rather than retry for ever.
     let mut worker = Worker::start(&proxied, "1");
     assert_eq!(worker.wait(20), Some(78), "{}", worker.log_text());
-    assert!(worker
-        .log_text()
-        .contains("a proxy answers for the server"));
+    assert!(worker.log_text().contains("a proxy answers for the server"));
 }
 
 /// The server's identity is its start time, read as the time now less the uptime, in two

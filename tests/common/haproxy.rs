@@ -76,6 +76,21 @@ impl HaProxy {
     /// The failover of the proxy: the first server out, the second in, the sessions left on
     /// the first closed.
     pub fn switch(&self) {
+        self.switcher().switch();
+    }
+
+    /// What [`HaProxy::switch`] needs, to move into a task of its own.
+    pub fn switcher(&self) -> Switcher {
+        Switcher(self.socket.clone())
+    }
+}
+
+/// HAProxy's admin socket.
+pub struct Switcher(PathBuf);
+
+impl Switcher {
+    /// See [`HaProxy::switch`].
+    pub fn switch(&self) {
         self.admin("disable server servers/db1");
         self.admin("enable server servers/db2");
         self.admin("shutdown sessions server servers/db1");
@@ -83,7 +98,7 @@ impl HaProxy {
 
     /// One command on the admin socket; returns its answer.
     fn admin(&self, command: &str) -> String {
-        let mut s = UnixStream::connect(&self.socket).unwrap();
+        let mut s = UnixStream::connect(&self.0).unwrap();
         s.write_all(format!("{command}\n").as_bytes()).unwrap();
         let mut answer = String::new();
         s.read_to_string(&mut answer).unwrap();

@@ -14,9 +14,21 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts};
 
-/// The server the tests use; `MYJOB_TEST_SERVER` overrides it.
+/// The server the tests use; `MYJOB_TEST_SERVER` overrides it, and [`failed_over_to`] that.
 pub fn server_url() -> String {
+    if let Some(url) = FAILED_OVER.lock().unwrap().clone() {
+        return url;
+    }
     std::env::var("MYJOB_TEST_SERVER").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// The server a test failed over to, once it has.
+static FAILED_OVER: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// From now on the tests' own connections (see [`server_url`], [`TestDb::conn`]) go to the
+/// server of `url`: the replica a test promoted.
+pub fn failed_over_to(url: &str) {
+    *FAILED_OVER.lock().unwrap() = Some(url.to_owned());
 }
 
 /// The servers of a multi-primary cluster under test, one url per node (`MYJOB_TEST_NODES`,
@@ -76,8 +88,11 @@ impl TestDb {
         format!("{}/{}", nodes[i % nodes.len()], self.name)
     }
 
+    /// A connection to this database on the server under test (the new primary, after a
+    /// failover: see [`failed_over_to`]).
     pub async fn conn(&self) -> Conn {
-        Conn::new(Opts::from_url(&self.url).unwrap()).await.unwrap()
+        let url = format!("{}/{}", server_url(), self.name);
+        Conn::new(Opts::from_url(&url).unwrap()).await.unwrap()
     }
 
     pub fn path(&self, file: &str) -> PathBuf {
