@@ -178,6 +178,7 @@ async fn chaos() {
     // failover to the replica (tests/chaos sets MYJOB_TEST_REPLICA for `replicas`).
     let haproxy = std::env::var("MYJOB_TEST_REPLICA")
         .ok()
+        .filter(|replica| !replica.is_empty())
         .map(|replica| HaProxy::start(&common::server_url(), &replica));
     let mut urls: Vec<String> = (0..INSTANCES)
         .map(|i| match &haproxy {
@@ -1000,25 +1001,28 @@ impl Verdict {
     fn print(&self, faults: &[Fault], duration: Duration) {
         let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count();
         let reruns: usize = self.reruns.values().map(Vec::len).sum();
+        let cut: Vec<String> = faults
+            .iter()
+            .filter_map(|f| match f {
+                Fault::Partition { from, to, .. } => Some(format!("{:.0} s", to - from)),
+                _ => None,
+            })
+            .collect();
+        let cuts = match cut.len() {
+            0 => String::new(),
+            n => format!(", {n} hosts cut off ({})", cut.join(", ")),
+        };
         println!(
-            "faults: {} kill -9, {} KILL CONNECTION, {} server {}, {} host cut off ({}), {} freeze of {} s (stale_after {} s; the frozen instance held {} claims)",
+            "faults: {} kill -9, {} KILL CONNECTION, {} server {}{}, {} freeze of {} s (stale_after {} s; the frozen instance held {} claims)",
             count(|f| matches!(f, Fault::Kill { .. })),
             count(|f| matches!(f, Fault::ConnKill { .. })),
             count(|f| matches!(f, Fault::DbRestart { .. })),
-            if std::env::var_os("MYJOB_TEST_REPLICA").is_some() {
+            if std::env::var("MYJOB_TEST_REPLICA").is_ok_and(|r| !r.is_empty()) {
                 "failover"
             } else {
                 "restart"
             },
-            count(|f| matches!(f, Fault::Partition { .. })),
-            faults
-                .iter()
-                .filter_map(|f| match f {
-                    Fault::Partition { from, to, .. } => Some(format!("{:.0} s", to - from)),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
+            cuts,
             count(|f| matches!(f, Fault::Freeze { .. })),
             FREEZE_FOR.as_secs(),
             STALE_AFTER.as_secs(),

@@ -523,8 +523,9 @@ impl Consumer {
                 Some(e) => {
                     // The connection broke on an UPDATE that may have committed: its jobs
                     // would be claimed by this instance with nobody to run them. Read back
-                    // after the reconnect (an empty batch reads as nothing).
-                    if db::classify(&e) == Failure::Connection {
+                    // after the reconnect (an empty batch reads as nothing). An error the
+                    // server sent says the statement did not commit.
+                    if db::classify(&e) == Failure::Connection && db::server_code(&e).is_none() {
                         self.unread.push(batch_id);
                     }
                     self.link.used();
@@ -703,6 +704,10 @@ impl Consumer {
         self.stats.running.store(self.slots.len(), Relaxed);
         let (job_id, attempt) = (f.completion.job_id, f.attempt);
         match &f.completion.outcome {
+            _ if lost => info!(
+                job_id,
+                attempt, "job's handler ended: its claim had been put back"
+            ),
             Outcome::Done => {
                 self.stats.done.fetch_add(1, Relaxed);
                 info!(job_id, attempt, "job done");
@@ -719,12 +724,6 @@ impl Consumer {
                 job_id,
                 attempt, "job released: cut short by the shutdown, the attempt does not count"
             ),
-            Outcome::Cancelled if lost => {
-                info!(
-                    job_id,
-                    attempt, "job's handler ended: its claim had been put back"
-                )
-            }
             Outcome::Cancelled => info!(job_id, attempt, "job cancelled: its handler was stopped"),
         }
         self.outbox.push(f.completion);
@@ -803,8 +802,8 @@ impl Consumer {
 
     /// Re-owns this instance's claims on a new connection, and lets go of those the reaper
     /// took while the connection was away: they are someone else's now. A prefetched job is
-    /// dropped; a running one has its handler stopped, as a cancel does, so that it does not
-    /// run beside the job's next run. (Its outcome is still written, fenced by batch_id: it
+    /// dropped; a running one has its handler's process group killed at once (the job may
+    /// already run elsewhere: no grace), so that it does not run beside the job's next run. (Its outcome is still written, fenced by batch_id: it
     /// changes nothing of a claim that is gone.) On a Galera node these statements wait for
     /// the cluster, so that a put-back committed through another node is seen.
     async fn adopt(&mut self, fresh: &mut Fresh) -> anyhow::Result<u64> {
@@ -843,7 +842,7 @@ impl Consumer {
                 "job's handler stopped: its claim was put back while the connection was away, for another worker to run"
             );
         }
-        self.slots.cancel(&gone);
+        self.slots.kill(&gone);
         self.lost.extend(gone);
         Ok(adopted)
     }

@@ -33,6 +33,9 @@ struct Running {
     queue: std::sync::Arc<crate::config::QueueSettings>,
     /// Fired when an operator cancels the job: its handler is stopped.
     cancel: CancellationToken,
+    /// Fired when the job's claim is gone: its handler is killed at once (see
+    /// [`Slots::kill`]). A child of the slots' abort token, which kills every handler.
+    kill: CancellationToken,
 }
 
 /// What a slot's task hands back: its job's outcome, and for a persistent queue the process
@@ -111,7 +114,8 @@ impl Slots {
             instance: self.instance.clone(),
         };
         tracing::debug!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started");
-        let abort = self.abort.clone();
+        let abort = self.abort.child_token();
+        let kill = abort.clone();
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
         let q = queue.clone();
@@ -157,8 +161,18 @@ impl Slots {
                 max_attempts,
                 queue,
                 cancel,
+                kill,
             },
         );
+    }
+
+    /// Kills the handlers of the jobs among `ids` that run here at once, without the grace
+    /// of a SIGTERM: their claims are gone, and the jobs may already run elsewhere. They end
+    /// as aborted handlers do (released, which the batch_id fence makes a no-op).
+    pub fn kill(&self, ids: &[u64]) {
+        for r in self.running.values().filter(|r| ids.contains(&r.job_id)) {
+            r.kill.cancel();
+        }
     }
 
     /// Stops the handlers of the jobs among `ids` that run here: an operator cancelled them.
