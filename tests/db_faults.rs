@@ -489,22 +489,8 @@ async fn a_batch_unread_at_the_shutdown_is_released() {
 #[tokio::test(flavor = "multi_thread")]
 async fn reconnects_turned_down_stop_the_handlers_before_the_reaper_puts_back() {
     let db = TestDb::new("refused").await;
-    let user = format!("myjob_refused_{:08x}", rand::random::<u32>());
+    let (user, password) = common::account(&db, "refused", |_| true).await;
     let mut admin = db.conn().await;
-    admin
-        .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
-        .await
-        .unwrap();
-    admin
-        .query_drop(format!(
-            "CREATE USER '{user}'@'%' IDENTIFIED BY 'Refused-1'"
-        ))
-        .await
-        .unwrap();
-    admin
-        .query_drop(format!("GRANT ALL PRIVILEGES ON *.* TO '{user}'@'%'"))
-        .await
-        .unwrap();
     // One second of lock wait: a statement's limit, and the fence of a silent server, are 6 s.
     // Reaper passes 3 s apart: the claims go back 3 to 6 s after the connection, and the
     // fence is 1.5 s (the loss itself is noticed within a second or so).
@@ -516,7 +502,7 @@ async fn reconnects_turned_down_stop_the_handlers_before_the_reaper_puts_back() 
     );
     let locked = db.path("locked.toml");
     let host_and_db = db.url.split_once('@').unwrap().1;
-    let as_user = format!("mysql://{user}:Refused-1@{host_and_db}");
+    let as_user = format!("mysql://{user}:{password}@{host_and_db}");
     edited(&direct, &locked, &[(db.url.as_str(), as_user.as_str())]);
 
     std::fs::write(db.path("slow"), "").unwrap();

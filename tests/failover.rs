@@ -194,6 +194,22 @@ async fn fail_over(tag: &str, how: Switch) -> Outcome {
     }
 }
 
+impl Outcome {
+    /// Prints the figures, and fails when a job ran twice at once.
+    fn report(&self, what: &str) {
+        eprintln!(
+            "{what}: {} jobs ran again; all done {:.1} s after the switch",
+            self.reran,
+            self.done_after.as_secs_f64()
+        );
+        assert!(
+            self.overlapped.is_empty(),
+            "ran twice at once: {:?}",
+            self.overlapped
+        );
+    }
+}
+
 /// Reads the handler's spans: how many jobs ran more than once, and which ran twice at once.
 /// A run with no end (killed) counts as running to the end of the test.
 fn spans(db: &TestDb) -> (usize, Vec<u64>) {
@@ -230,16 +246,7 @@ fn spans(db: &TestDb) -> (usize, Vec<u64>) {
 #[ignore]
 async fn a_switchover_runs_no_job_twice() {
     let o = fail_over("fo_switchover", Switch::Over).await;
-    eprintln!(
-        "switchover: {} of {JOBS} jobs ran again; all done {:.1} s after the switch",
-        o.reran,
-        o.done_after.as_secs_f64()
-    );
-    assert!(
-        o.overlapped.is_empty(),
-        "ran twice at once: {:?}",
-        o.overlapped
-    );
+    o.report("switchover");
     assert_eq!(o.reran, 0);
 }
 
@@ -247,16 +254,7 @@ async fn a_switchover_runs_no_job_twice() {
 #[ignore]
 async fn a_killed_primary_with_a_semi_sync_replica_runs_no_job_twice() {
     let o = fail_over("fo_semisync", Switch::KilledSemiSync).await;
-    eprintln!(
-        "killed primary, semi-sync replica: {} of {JOBS} jobs ran again; all done {:.1} s after the switch",
-        o.reran,
-        o.done_after.as_secs_f64()
-    );
-    assert!(
-        o.overlapped.is_empty(),
-        "ran twice at once: {:?}",
-        o.overlapped
-    );
+    o.report("killed primary, semi-sync replica");
     assert_eq!(o.reran, 0);
 }
 
@@ -267,16 +265,7 @@ async fn a_killed_primary_with_a_semi_sync_replica_runs_no_job_twice() {
 #[ignore]
 async fn a_killed_primary_with_an_async_replica_runs_lost_jobs_again_never_at_once() {
     let o = fail_over("fo_async", Switch::KilledAsync).await;
-    eprintln!(
-        "killed primary, async replica 1.5 s behind: {} of {JOBS} jobs ran again; all done {:.1} s after the switch",
-        o.reran,
-        o.done_after.as_secs_f64()
-    );
-    assert!(
-        o.overlapped.is_empty(),
-        "ran twice at once: {:?}",
-        o.overlapped
-    );
+    o.report("killed primary, async replica 1.5 s behind");
     assert!(
         o.reran > 0,
         "no job lost in the switch: the replica was not behind"

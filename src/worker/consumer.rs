@@ -220,17 +220,7 @@ impl Consumer {
             }
         }
         // Prefetched jobs never started: back to pending, the attempt given back.
-        for r in self.prefetch.take_all() {
-            info!(
-                job_id = r.job.id,
-                "job released: claimed ahead but not started before the shutdown"
-            );
-            self.outbox.push(Completion {
-                job_id: r.job.id,
-                batch_id: r.batch_id,
-                outcome: Outcome::Release,
-            });
-        }
+        self.release_prefetched("job released: claimed ahead but not started before the shutdown");
         let timeout = self.settings.borrow().worker.shutdown_timeout;
         self.drain(timeout).await;
     }
@@ -359,11 +349,16 @@ impl Consumer {
         }
         let settings = self.settings.borrow().clone();
         self.read_unread(&settings).await;
+        self.release_prefetched(
+            "job released: claimed before the connection broke, and the shutdown came first",
+        );
+    }
+
+    /// Every prefetched job back to pending at the shutdown, its attempt given back, each
+    /// logged with `why`.
+    fn release_prefetched(&mut self, why: &str) {
         for r in self.prefetch.take_all() {
-            info!(
-                job_id = r.job.id,
-                "job released: claimed before the connection broke, and the shutdown came first"
-            );
+            info!(job_id = r.job.id, "{why}");
             self.outbox.push(Completion {
                 job_id: r.job.id,
                 batch_id: r.batch_id,
