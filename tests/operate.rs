@@ -234,6 +234,38 @@ ID  QUEUE  STATUS     PRI  ATTEMPTS  RUN AT               CREATED              F
     fails(&config, &["list", "--limit", "0"], 64);
 }
 
+/// `myjob list | head`: the reader closes the pipe before the list is written. That is the
+/// reader's choice, not a failure: no error, exit 0, for the table and the JSON alike.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_into_a_pipe_closed_early_ends_quietly() {
+    let db = TestDb::new("op_list_pipe").await;
+    let config = db.config("", "");
+    db.insert_rows("(queue, payload)", "('q', 'x')", 2000).await;
+    for extra in [&[][..], &["--json"][..]] {
+        let mut args = vec![
+            "--config",
+            config.to_str().unwrap(),
+            "list",
+            "--limit",
+            "2000",
+        ];
+        args.extend_from_slice(extra);
+        let mut child = std::process::Command::new(common::bin())
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes before the first byte.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {err}");
+        assert!(err.is_empty(), "{extra:?}: {err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn show_prints_every_column_and_the_raw_payload() {
     let db = TestDb::new("op_show").await;

@@ -23,9 +23,7 @@ pub fn print(header: &[&str], rows: &[Vec<String>]) -> Result<(), Error> {
         text += &cells.join("\t");
         text += "\n";
     }
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .or_exit(ExitCode::Software)
+    written(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
 }
 
 /// A cell as a terminal may show it. A tab or newline would break the alignment, so it
@@ -46,10 +44,21 @@ pub fn clean(cell: &str) -> String {
 /// Prints `value` as one line of JSON.
 pub fn print_json(value: &impl Serialize) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)
-        .map_err(std::io::Error::from)
-        .and_then(|()| writeln!(out))
-        .or_exit(ExitCode::Software)
+    written(
+        serde_json::to_writer(&mut out, value)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out)),
+    )
+}
+
+/// The end of a write to stdout. A reader that stopped reading (`myjob list | head`) closed
+/// the pipe by its own choice: that is no failure of the command, which ends quietly with 0,
+/// as `ls` and `grep` do.
+fn written(result: std::io::Result<()>) -> Result<(), Error> {
+    match result {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.or_exit(ExitCode::Software),
+    }
 }
 
 /// A UTC ISO 8601 time as a person reads it: `2026-11-23 07:14:59`, no fraction.

@@ -334,6 +334,7 @@ impl Consumer {
         if !(self.outbox.is_empty() && self.unread.is_empty()) {
             error!(
                 jobs = self.outbox.len(),
+                unread_batches = self.unread.len(),
                 "cannot write the last outcomes; the reaper will put these jobs back"
             );
         }
