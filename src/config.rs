@@ -88,7 +88,15 @@ struct RawConfig {
     #[serde(default)]
     retention: RawRetention,
     #[serde(default)]
+    metrics: RawMetrics,
+    #[serde(default)]
     queue: Vec<RawQueue>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -156,7 +164,44 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub reaper: ReaperSettings,
     pub retention: Retention,
+    pub metrics: MetricsSettings,
     pub queues: Vec<Arc<QueueSettings>>,
+}
+
+/// `[metrics]`: where the instances serve `GET /metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// The address and base port; instance N listens on the port plus N. None: off.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// The `[metrics] listen` the README and the shipped config suggest: loopback, and a base
+/// port outside Prometheus's default port allocations (9100-9999, all taken), which suggest
+/// a port outside them for an application's own exporter. Instance N serves on 17100 + N.
+pub const SUGGESTED_METRICS_LISTEN: &str = "127.0.0.1:17100";
+
+impl MetricsSettings {
+    /// Where instance `instance` serves: the base port plus its number. An instance whose
+    /// name is not a number has no port of its own.
+    pub fn address_for(&self, instance: &str) -> Result<Option<std::net::SocketAddr>, String> {
+        let Some(base) = self.listen else {
+            return Ok(None);
+        };
+        let n: u16 = instance.parse().map_err(|_| {
+            format!(
+                "metrics.listen: instance {instance:?} has no number to add to the port {}; \
+                 name instances 1, 2, ... (myjob@1) or set [metrics] listen = \"\"",
+                base.port()
+            )
+        })?;
+        let port = base.port().checked_add(n).ok_or_else(|| {
+            format!(
+                "metrics.listen: port {} + instance {n} is past 65535",
+                base.port()
+            )
+        })?;
+        Ok(Some(std::net::SocketAddr::new(base.ip(), port)))
+    }
 }
 
 /// How to reach the database. The password lives only inside `opts`, never in `display`.
@@ -483,12 +528,26 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         }));
     }
 
+    let metrics = MetricsSettings {
+        // Off unless asked for: an endpoint is a port of the host's to plan for.
+        listen: match raw.metrics.listen.as_deref() {
+            None | Some("") => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                (
+                    "metrics.listen".to_owned(),
+                    format!("{text:?} is not ADDRESS:PORT (say \"{SUGGESTED_METRICS_LISTEN}\", or \"\" for off)"),
+                )
+            })?),
+        },
+    };
+
     Ok(Settings {
         path: PathBuf::new(), // set by `load`, which knows the file
         database,
         worker,
         reaper,
         retention,
+        metrics,
         queues,
     })
 }
@@ -883,6 +942,37 @@ mod tests {
             let e = load_str(&format!("{MINIMAL}[retention]\nfailed = {bad}\n")).unwrap_err();
             assert!(e.contains("retention.failed"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn metrics_listen_gives_each_numbered_instance_its_port() {
+        let on = MetricsSettings {
+            listen: Some("127.0.0.1:17100".parse().unwrap()),
+        };
+        assert_eq!(
+            on.address_for("3").unwrap(),
+            Some("127.0.0.1:17103".parse().unwrap())
+        );
+        assert!(on
+            .address_for("web")
+            .unwrap_err()
+            .contains("\"web\" has no number"));
+        let high = MetricsSettings {
+            listen: Some("127.0.0.1:65535".parse().unwrap()),
+        };
+        assert!(high.address_for("1").unwrap_err().contains("past 65535"));
+        assert_eq!(
+            MetricsSettings { listen: None }.address_for("web"),
+            Ok(None)
+        );
+        let queue = "[[queue]]\nname = \"q\"\ncommand = [\"true\"]\n";
+        let off = load_str(&format!("{MINIMAL}[metrics]\nlisten = \"\"\n{queue}")).unwrap();
+        assert_eq!(off.metrics.listen, None);
+        let bad = load_str(&format!("{MINIMAL}[metrics]\nlisten = \"here\"\n{queue}")).unwrap_err();
+        assert!(
+            bad.contains("metrics.listen") && bad.contains("is not ADDRESS:PORT"),
+            "{bad}"
+        );
     }
 
     #[test]

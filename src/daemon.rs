@@ -22,6 +22,7 @@ use tracing::{error, info, warn};
 use crate::config::Settings;
 use crate::db;
 use crate::error::{Error, ExitCode, OrExit};
+use crate::metrics::{self, Metrics};
 use crate::notify;
 use crate::reaper::Reaper;
 use crate::stager::Stager;
@@ -51,7 +52,28 @@ pub async fn run(
     for exposed in settings.exposed_secrets() {
         warn!("{exposed}");
     }
+    // The metrics endpoint first: a port that is taken is a config error before anything
+    // connects.
+    let metrics_at = settings.metrics.address_for(&opts.instance).map_err(|e| {
+        Error::new(
+            ExitCode::Config,
+            anyhow::anyhow!("{}: {e}", opts.config.display()),
+        )
+    })?;
+    let listener = match metrics_at {
+        Some(at) => Some(metrics::server::bind(at).await.map_err(|e| {
+            Error::new(
+                ExitCode::Config,
+                anyhow::anyhow!(
+                    "{}: metrics.listen: cannot listen on {at}: {e} (another instance with the same number, or another program; set [metrics] listen)",
+                    opts.config.display()
+                ),
+            )
+        })?),
+        None => None,
+    };
     let queues: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
+    let metrics = Arc::new(Metrics::new(&queues));
     info!(
         instance = %opts.instance,
         config = %opts.config.display(),
@@ -111,6 +133,7 @@ pub async fn run(
         settings_rx.clone(),
         &name,
         stats.clone(),
+        metrics.clone(),
         connected_tx,
     );
     let stager = Stager::new(database.clone(), settings_rx.clone());
@@ -121,6 +144,11 @@ pub async fn run(
     tasks.spawn("reaper", reaper.run(shutdown.clone()));
     tasks.spawn("stager", stager.run(shutdown.clone()));
     let status_stop = CancellationToken::new();
+    // Served until the very end, so that a scrape during the drain still answers.
+    let metrics_server = listener.map(|l| {
+        info!(listen = %metrics_at.map_or(String::new(), |a| a.to_string()), "metrics: serving GET /metrics");
+        tokio::spawn(metrics::server::serve(l, metrics.clone(), status_stop.clone()))
+    });
     let status = tokio::spawn(status_loop(stats.clone(), status_stop.clone()));
     // READY=1 once the consumer holds its own connection and knows the server's identity:
     // the startup check's connection says only that the database answered then. A consumer
@@ -146,7 +174,7 @@ pub async fn run(
                 }
                 break Some(ended);
             }
-            _ = reload.notified() => reload_settings(&opts, &settings_tx),
+            _ = reload.notified() => reload_settings(&opts, &settings_tx, &metrics),
         }
     };
     if let Some(ended) = &died {
@@ -159,6 +187,9 @@ pub async fn run(
     let joined = tasks.join().await;
     status_stop.cancel();
     let _ = status.await;
+    if let Some(server) = metrics_server {
+        let _ = server.await;
+    }
     if let Some(guard) = guard {
         guard.stop().await;
     }
@@ -171,7 +202,7 @@ pub async fn run(
 
 /// SIGHUP: read the file again. A bad file is logged and the settings in use are kept. The
 /// database settings are read only at start.
-fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>) {
+fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>, metrics: &Metrics) {
     notify::notify_reloading();
     match Settings::load(&opts.config).and_then(|s| s.check_runnable().map(|()| s)) {
         Ok(new) => {
@@ -185,9 +216,16 @@ fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>) {
                 "reload: new configuration in use; queues: {}",
                 queues.join(", ")
             );
+            for q in &queues {
+                metrics.queue(q);
+            }
+            metrics.reloaded(true);
             tx.send_replace(Arc::new(new));
         }
-        Err(e) => error!("reload: keeping the configuration in use: {e}"),
+        Err(e) => {
+            metrics.reloaded(false);
+            error!("reload: keeping the configuration in use: {e}")
+        }
     }
     notify::notify_reloaded();
 }

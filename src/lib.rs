@@ -16,6 +16,7 @@ pub mod enqueue;
 pub mod error;
 pub mod fds;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod purge;
 pub mod reaper;

@@ -21,6 +21,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure};
 use crate::error::chain;
+use crate::metrics::{ClaimLabels, Metrics, QueueLabel};
 use crate::stats::Stats;
 use crate::store::jobs::{self, Claimer, Completion, Outcome};
 use crate::store::servers;
@@ -42,6 +43,7 @@ const CANCEL_CHECK: Duration = Duration::from_secs(1);
 
 pub struct Consumer {
     settings: watch::Receiver<Arc<Settings>>,
+    metrics: Arc<Metrics>,
     /// `host:pid:instance` (see [`WorkerName`]), written into claimed rows.
     worker: String,
     stats: Arc<Stats>,
@@ -92,11 +94,13 @@ impl Consumer {
         settings: watch::Receiver<Arc<Settings>>,
         name: &WorkerName,
         stats: Arc<Stats>,
+        metrics: Arc<Metrics>,
         connected: oneshot::Sender<()>,
     ) -> Self {
         let now = Instant::now();
         Consumer {
             settings,
+            metrics,
             worker: name.to_string(),
             stats,
             link: Link::new(db, connected),
@@ -124,6 +128,9 @@ impl Consumer {
             let settings = self.settings.borrow_and_update().clone();
             let worker = &settings.worker;
             self.stats.slots.store(worker.concurrency, Relaxed);
+            self.metrics.slots.set(worker.concurrency as i64);
+            self.metrics.db_up.set(i64::from(self.link.is_up()));
+            self.metrics.outcomes_pending.set(self.outbox.len() as i64);
             while let Some(f) = self.slots.try_finished() {
                 self.finished(f);
             }
@@ -273,9 +280,17 @@ impl Consumer {
             if let Some(queue) = settings.queue(&r.job.queue) {
                 r.queue = queue.clone();
             }
+            self.metrics
+                .started
+                .get_or_create(&QueueLabel {
+                    queue: r.job.queue.clone(),
+                })
+                .inc();
             self.slots.start(r, &settings.worker);
         }
         self.stats.running.store(self.slots.len(), Relaxed);
+        self.metrics.busy.set(self.slots.len() as i64);
+        self.metrics.prefetched.set(self.prefetch.len() as i64);
     }
 
     /// The stop path: no new claims; running handlers get `timeout` to finish, then are
@@ -493,12 +508,22 @@ impl Consumer {
             while k < self.busy.len() && left > 0 {
                 let share = left.div_ceil(offered);
                 offered -= 1;
-                match db::within(
+                let claimed = db::within(
                     limit,
                     jobs::claim(conn, batch_id, &self.busy[k], share, &who),
                 )
-                .await
-                {
+                .await;
+                if let Ok(n) = &claimed {
+                    let result = if *n > 0 { "jobs" } else { "empty" };
+                    self.metrics
+                        .claims
+                        .get_or_create(&ClaimLabels {
+                            queue: self.busy[k].clone(),
+                            result: result.to_owned(),
+                        })
+                        .inc();
+                }
+                match claimed {
                     Ok(n) if n < share => {
                         left -= n;
                         self.busy.remove(k);
@@ -543,6 +568,9 @@ impl Consumer {
         };
         self.link.used();
         self.stats.claimed();
+        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            self.metrics.last_claim.set(now.as_secs_f64());
+        }
         debug!(batch_id, jobs = claimed.len(), "claimed a batch");
         let got = claimed.len();
         self.take(settings, batch_id, claimed);
@@ -699,6 +727,17 @@ impl Consumer {
         };
         self.stats.running.store(self.slots.len(), Relaxed);
         let (job_id, attempt) = (f.completion.job_id, f.attempt);
+        let outcome = match &f.completion.outcome {
+            _ if lost => "lost",
+            Outcome::Done => "done",
+            Outcome::Retry { .. } => "retried",
+            Outcome::Fail { .. } => "failed",
+            Outcome::Release => "released",
+            Outcome::Cancelled => "cancelled",
+        };
+        self.metrics
+            .finished(&f.queue, outcome, f.ran_for.as_secs_f64());
+        self.metrics.busy.set(self.slots.len() as i64);
         match &f.completion.outcome {
             _ if lost => info!(
                 job_id,

@@ -64,6 +64,11 @@ impl Prefetch {
         self.ready.pop_front()
     }
 
+    /// How many jobs wait.
+    pub fn len(&self) -> usize {
+        self.ready.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ready.is_empty()
     }

@@ -21,6 +21,10 @@ use crate::worker::retry;
 #[derive(Debug)]
 pub struct Finished {
     pub attempt: u32,
+    /// The job's queue, for the metrics.
+    pub queue: String,
+    /// How long its handler ran.
+    pub ran_for: std::time::Duration,
     pub completion: Completion,
 }
 
@@ -31,6 +35,8 @@ struct Running {
     attempt: u32,
     max_attempts: u32,
     queue: std::sync::Arc<crate::config::QueueSettings>,
+    /// When its handler started.
+    started: std::time::Instant,
     /// Fired when an operator cancels the job: its handler is stopped.
     cancel: CancellationToken,
     /// Fired when the job's claim is gone: its handler is killed at once (see
@@ -160,6 +166,7 @@ impl Slots {
                 attempt: job.attempt,
                 max_attempts,
                 queue,
+                started: std::time::Instant::now(),
                 cancel,
                 kill,
             },
@@ -289,6 +296,8 @@ impl Slots {
         };
         Some(Finished {
             attempt: r.attempt,
+            queue: r.queue.name.clone(),
+            ran_for: r.started.elapsed(),
             completion: Completion {
                 job_id: r.job_id,
                 batch_id: r.batch_id,

@@ -1,0 +1,166 @@
+//! The metrics endpoint: `[metrics] listen`, instance N on the base port plus N, `GET
+//! /metrics` in the format the scraper asks for, 404 elsewhere, and the errors of a port in
+//! use or an instance without a number.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{TestDb, Worker};
+
+/// A free port of 127.0.0.1 at the time of asking.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The test's config with the endpoint on, instance 1 on `port`.
+fn with_metrics(db: &TestDb, port: u16, name: &str) -> std::path::PathBuf {
+    let base = db.config("concurrency = 2", "");
+    let path = db.path(name);
+    let text = std::fs::read_to_string(base).unwrap();
+    let listen = format!("\n[metrics]\nlisten = \"127.0.0.1:{}\"\n", port - 1);
+    std::fs::write(&path, text + &listen).unwrap();
+    path
+}
+
+/// One HTTP/1.1 request; returns the status code, the headers and the body.
+fn get(port: u16, path: &str, accept: Option<&str>) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// The value of the sample `name` (with its labels, as written) in a scrape's text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.split(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_serves_its_counts_on_its_own_port() {
+    let db = TestDb::new("metrics_serve").await;
+    let port = free_port();
+    let config = with_metrics(&db, port, "metrics.toml");
+    db.insert("q", &vec!["ok"; 20]).await;
+    let worker = Worker::start(&config, "1");
+    db.wait_count("status = 'done'", 20, 30).await;
+    worker.wait_log("metrics: serving GET /metrics", 10).await;
+
+    // Outcomes are counted when the handler ends; the scrape may come a moment later.
+    let start = Instant::now();
+    let text = loop {
+        let (status, head, text) = get(port, "/metrics", None);
+        assert_eq!(status, 200, "{head}");
+        assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+        let done = sample(
+            &text,
+            r#"myjob_jobs_finished_total{queue="q",outcome="done"}"#,
+        );
+        if done == Some(20.0) {
+            break text;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        sample(&text, r#"myjob_jobs_started_total{queue="q"}"#),
+        Some(20.0)
+    );
+    assert_eq!(
+        sample(&text, r#"myjob_job_duration_seconds_count{queue="q"}"#),
+        Some(20.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"myjob_jobs_finished_total{queue="q",outcome="failed"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(sample(&text, "myjob_handler_slots"), Some(2.0));
+    assert_eq!(sample(&text, "myjob_db_up"), Some(1.0));
+    assert!(text.contains("# HELP myjob_jobs_started_total"), "{text}");
+    assert!(text.contains("myjob_build_info{version="), "{text}");
+    assert!(
+        sample(&text, r#"myjob_claims_total{queue="q",result="jobs"}"#).unwrap() >= 1.0,
+        "{text}"
+    );
+
+    // OpenMetrics for a scraper that asks for it, as Prometheus does.
+    let (status, head, text) = get(
+        port,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert_eq!(status, 200);
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+
+    let (status, ..) = get(port, "/", None);
+    assert_eq!(status, 404);
+    let (status, ..) = get(port, "/metricsx", None);
+    assert_eq!(status, 404);
+}
+
+/// The config's error line, from the worker's log.
+fn error_of(worker: &Worker) -> String {
+    let log = worker.log_text();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one error line expected:\n{log}");
+    errors[0].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_port_in_use_or_an_instance_without_a_number_exits_78() {
+    let db = TestDb::new("metrics_errors").await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let config = with_metrics(&db, port, "taken.toml");
+    let mut worker = Worker::start(&config, "1");
+    assert_eq!(worker.wait(20), Some(78), "{}", worker.log_text());
+    let line = error_of(&worker);
+    assert!(
+        line.contains("taken.toml: metrics.listen: cannot listen on 127.0.0.1:"),
+        "{line}"
+    );
+    drop(taken);
+
+    let config = with_metrics(&db, free_port(), "named.toml");
+    let mut worker = Worker::start(&config, "web");
+    assert_eq!(worker.wait(20), Some(78), "{}", worker.log_text());
+    let line = error_of(&worker);
+    assert!(
+        line.contains("metrics.listen: instance \"web\" has no number"),
+        "{line}"
+    );
+
+    let bad = db.path("bad.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("listen = \"127.0.0.1:", "listen = \"nowhere:");
+    std::fs::write(&bad, text).unwrap();
+    let out = common::myjob(&["--config", bad.to_str().unwrap(), "run"], b"");
+    assert_eq!(out.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("metrics.listen") && err.contains("is not ADDRESS:PORT"),
+        "{err}"
+    );
+}
