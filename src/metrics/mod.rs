@@ -81,7 +81,8 @@ impl Metrics {
         registry.register(
             "jobs_finished",
             "Attempts ended, by outcome: done, retried, failed, cancelled, released (given back \
-             without using up the attempt), lost (the claim was gone when the outcome was written).",
+             without using up the attempt), lost (its claim was gone at a reconnect: another worker's \
+             now, and the handler was stopped).",
             finished.clone(),
         );
         let duration = Family::<QueueLabel, Histogram>::new_with_constructor(|| {
