@@ -168,13 +168,15 @@ impl Bench {
     }
 
     /// A config of one instance × `concurrency` serving `bench` with `handler`, and its other
-    /// queues after it.
+    /// queues after it. Metrics off, said explicitly: numbered instances started side by side
+    /// must not compete for ports (see [`crate::metrics`] for the runs with them on).
     pub(crate) fn config(&self, concurrency: usize, handler: &Handler, poll: &str) -> PathBuf {
         let path = self.dir.join(format!("bench-{concurrency}.toml"));
         let argv: Vec<String> = handler.argv.iter().map(|a| format!("{a:?}")).collect();
         let mut text = format!(
             "[database]\nurl = \"{}\"\n[worker]\nconcurrency = {concurrency}\npoll_interval = \"{poll}\"\n\
-             [retention]\ndone = \"forever\"\nfailed = \"forever\"\ncancelled = \"forever\"\n",
+             [retention]\ndone = \"forever\"\nfailed = \"forever\"\ncancelled = \"forever\"\n\
+             [metrics]\nlisten = \"\"\n",
             self.url
         );
         for q in 0..=handler.other_queues {

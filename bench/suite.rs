@@ -80,6 +80,12 @@ impl Bench {
             self.capacity_item().await;
             return;
         }
+        if alone("--metrics-only") {
+            // For working on item 15 alone.
+            self.line(head);
+            self.metrics_item().await;
+            return;
+        }
         if alone("--cat-only") {
             // For working on item 2: the spawn ceiling, then `cat` per job at concurrency 32,
             // with where the CPU goes.
@@ -133,6 +139,8 @@ impl Bench {
         self.heal_item().await;
         // 14. What a fleet costs the server.
         self.capacity_item().await;
+        // 15. What the metrics cost.
+        self.metrics_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
