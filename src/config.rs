@@ -173,20 +173,34 @@ pub struct Settings {
 pub struct MetricsSettings {
     /// The address and base port; instance N listens on the port plus N. None: off.
     pub listen: Option<std::net::SocketAddr>,
+    /// Whether the config set `listen`: an instance without a number is then an error, while
+    /// under the default it only serves no metrics (see [`MetricsSettings::address_for`]).
+    pub explicit: bool,
 }
 
-/// The `[metrics] listen` the README and the shipped config suggest: loopback, and a base
-/// port outside Prometheus's default port allocations (9100-9999, all taken), which suggest
-/// a port outside them for an application's own exporter. Instance N serves on 17100 + N.
-pub const SUGGESTED_METRICS_LISTEN: &str = "127.0.0.1:17100";
+/// `[metrics] listen` when the config says nothing: loopback, and a base port outside
+/// Prometheus's default port allocations (9100-9999, every one of them taken), so that it
+/// collides with no registered exporter. Instance N serves on 17100 + N.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:17100";
 
 impl MetricsSettings {
     /// Where instance `instance` serves: the base port plus its number. An instance whose
-    /// name is not a number has no port of its own.
+    /// name is not a number has no port of its own: an error when the config set `listen`,
+    /// and no endpoint under the default (an instance named `web` kept working when metrics
+    /// came on by default; the daemon says so at start).
     pub fn address_for(&self, instance: &str) -> Result<Option<std::net::SocketAddr>, String> {
         let Some(base) = self.listen else {
             return Ok(None);
         };
+        if !self.explicit
+            && instance
+                .parse::<u16>()
+                .ok()
+                .and_then(|n| base.port().checked_add(n))
+                .is_none()
+        {
+            return Ok(None);
+        }
         let n: u16 = instance.parse().map_err(|_| {
             format!(
                 "metrics.listen: instance {instance:?} has no number to add to the port {}; \
@@ -529,13 +543,15 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
     }
 
     let metrics = MetricsSettings {
-        // Off unless asked for: an endpoint is a port of the host's to plan for.
-        listen: match raw.metrics.listen.as_deref() {
-            None | Some("") => None,
-            Some(text) => Some(text.parse().map_err(|_| {
+        // On unless turned off: every production queue is watched, and loopback exposes
+        // nothing beyond the host.
+        explicit: raw.metrics.listen.is_some(),
+        listen: match raw.metrics.listen.as_deref().unwrap_or(DEFAULT_METRICS_LISTEN) {
+            "" => None,
+            text => Some(text.parse().map_err(|_| {
                 (
                     "metrics.listen".to_owned(),
-                    format!("{text:?} is not ADDRESS:PORT (say \"{SUGGESTED_METRICS_LISTEN}\", or \"\" for off)"),
+                    format!("{text:?} is not ADDRESS:PORT (say \"{DEFAULT_METRICS_LISTEN}\", or \"\" for off)"),
                 )
             })?),
         },
@@ -804,13 +820,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Settings from a config's text, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) fn from_text(text: &str) -> Result<Settings, String> {
+    let raw = parse(text).map_err(|(k, m)| format!("{k:?}: {m}"))?;
+    validate(raw, None).map_err(|(k, m)| format!("{k}: {m}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn load_str(text: &str) -> Result<Settings, String> {
-        let raw = parse(text).map_err(|(k, m)| format!("{k:?}: {m}"))?;
-        validate(raw, None).map_err(|(k, m)| format!("{k}: {m}"))
+        from_text(text)
     }
 
     const MINIMAL: &str = "[database]\nurl = \"mysql://root@127.0.0.1:3306/test\"\n";
@@ -948,6 +970,7 @@ mod tests {
     fn metrics_listen_gives_each_numbered_instance_its_port() {
         let on = MetricsSettings {
             listen: Some("127.0.0.1:17100".parse().unwrap()),
+            explicit: true,
         };
         assert_eq!(
             on.address_for("3").unwrap(),
@@ -959,13 +982,22 @@ mod tests {
             .contains("\"web\" has no number"));
         let high = MetricsSettings {
             listen: Some("127.0.0.1:65535".parse().unwrap()),
+            explicit: true,
         };
         assert!(high.address_for("1").unwrap_err().contains("past 65535"));
-        assert_eq!(
-            MetricsSettings { listen: None }.address_for("web"),
-            Ok(None)
-        );
+        let off = MetricsSettings {
+            listen: None,
+            explicit: true,
+        };
+        assert_eq!(off.address_for("web"), Ok(None));
         let queue = "[[queue]]\nname = \"q\"\ncommand = [\"true\"]\n";
+        // On by default, on 17100 + N; an instance without a number then serves nothing.
+        let default = load_str(&format!("{MINIMAL}{queue}")).unwrap();
+        assert_eq!(
+            default.metrics.address_for("2"),
+            Ok(Some("127.0.0.1:17102".parse().unwrap()))
+        );
+        assert_eq!(default.metrics.address_for("web"), Ok(None));
         let off = load_str(&format!("{MINIMAL}[metrics]\nlisten = \"\"\n{queue}")).unwrap();
         assert_eq!(off.metrics.listen, None);
         let bad = load_str(&format!("{MINIMAL}[metrics]\nlisten = \"here\"\n{queue}")).unwrap_err();

@@ -70,10 +70,21 @@ pub async fn run(
                 ),
             )
         })?),
-        None => None,
+        None => {
+            if settings.metrics.listen.is_some() {
+                warn!(
+                    instance = %opts.instance,
+                    "metrics: this instance serves no metrics: its name is not a number to add to the [metrics] listen port (name instances 1, 2, ... or set [metrics] listen)"
+                );
+            }
+            None
+        }
     };
     let queues: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
-    let metrics = Arc::new(Metrics::new(&queues));
+    let gauges = listener
+        .is_some()
+        .then(|| metrics::queues::QueueGauges::new(settings.database.clone()));
+    let metrics = Arc::new(Metrics::new(&queues, gauges));
     info!(
         instance = %opts.instance,
         config = %opts.config.display(),
@@ -136,8 +147,8 @@ pub async fn run(
         metrics.clone(),
         connected_tx,
     );
-    let stager = Stager::new(database.clone(), settings_rx.clone());
-    let reaper = Reaper::new(database, settings_rx, name);
+    let stager = Stager::new(database.clone(), settings_rx.clone(), metrics.clone());
+    let reaper = Reaper::new(database, settings_rx, name, metrics.clone());
 
     let mut tasks = Tasks::default();
     tasks.spawn("consumer", consumer.run(shutdown.clone()));
@@ -217,7 +228,7 @@ fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>, metrics
                 queues.join(", ")
             );
             for q in &queues {
-                metrics.queue(q);
+                metrics.add_queue(q);
             }
             metrics.reloaded(true);
             tx.send_replace(Arc::new(new));

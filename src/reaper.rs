@@ -43,6 +43,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock, ServerId};
 use crate::error::chain;
+use crate::metrics::{Metrics, Op};
 use crate::purge;
 use crate::store::jobs::{self, OldClaim, Rescued};
 use crate::store::servers;
@@ -72,6 +73,8 @@ const FORGET_SERVERS_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 pub struct Reaper {
     db: DatabaseSettings,
+    /// Passes timed, rescues counted.
+    metrics: Arc<Metrics>,
     settings: watch::Receiver<Arc<Settings>>,
     /// The connection, the server it reaches, and since when the reaper has reached that
     /// server's life (see [`Reaper::connect`]).
@@ -81,10 +84,8 @@ pub struct Reaper {
     reached: Option<(ServerId, Instant, Instant)>,
     /// The server refused the heartbeat as read-only: said once.
     read_only: db::ReadOnly,
-    /// The missing-PROCESS error is logged once, not every interval.
-    refused: bool,
-    /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
-    suspects: HashSet<Suspect>,
+    /// What one pass leaves the next.
+    memory: Memory,
     /// This instance, whose previous run's claims the first passes put back.
     me: WorkerName,
 }
@@ -106,15 +107,16 @@ impl Reaper {
         db: DatabaseSettings,
         settings: watch::Receiver<Arc<Settings>>,
         me: WorkerName,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Reaper {
+            metrics,
             db,
             settings,
             conn: None,
             reached: None,
             read_only: db::ReadOnly::default(),
-            refused: false,
-            suspects: HashSet::new(),
+            memory: Memory::default(),
             me,
         }
     }
@@ -131,7 +133,11 @@ impl Reaper {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(interval) => {}
             }
-            let Err(e) = self.pass(&shutdown).await else {
+            let t = Instant::now();
+            let pass = self.pass(&shutdown).await;
+            self.metrics
+                .statement(Op::Reap, t.elapsed(), pass.as_ref().err());
+            let Err(e) = pass else {
                 self.pass_succeeded();
                 continue;
             };
@@ -296,6 +302,7 @@ impl Reaper {
                 jobs::rescue(conn, claim, &why, max).await?,
                 &gone,
                 max,
+                &self.metrics,
             );
         }
         Ok(waiting)
@@ -323,8 +330,8 @@ impl Reaper {
             connected_for,
             &self.db,
             &settings,
-            &mut self.refused,
-            &mut self.suspects,
+            &mut self.memory,
+            &self.metrics,
         )
         .await;
         if result.is_ok() {
@@ -337,6 +344,15 @@ impl Reaper {
     }
 }
 
+/// What one reaper pass leaves the next.
+#[derive(Default)]
+struct Memory {
+    /// The missing-PROCESS error is logged once, not every interval.
+    refused: bool,
+    /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
+    suspects: HashSet<Suspect>,
+}
+
 /// The reaper lock: one reaper acts at a time across all instances on the server.
 const LOCK: &str = "myjob_reaper";
 
@@ -346,19 +362,19 @@ async fn reap(
     connected_for: Duration,
     db: &DatabaseSettings,
     settings: &Settings,
-    refused: &mut bool,
-    suspects: &mut HashSet<Suspect>,
+    memory: &mut Memory,
+    metrics: &Metrics,
 ) -> anyhow::Result<()> {
     // Without PROCESS, the processlist shows only this account's own connections, and every
     // other worker would look dead: refuse rather than reset live claims.
     if !has_process_privilege(conn).await? {
-        if !*refused {
+        if !memory.refused {
             error!("reaper: the database account lacks the PROCESS privilege, so it cannot see other workers' connections; refusing to reap (GRANT PROCESS ON *.* TO the account, or to a role that is its default role)");
-            *refused = true;
+            memory.refused = true;
         }
         return Ok(());
     }
-    *refused = false;
+    memory.refused = false;
 
     // Old claims first, then the live connections: an owner seen alive in the claim and gone
     // from the later list is dead; one that reconnected and adopted its claims in between has
@@ -377,7 +393,7 @@ async fn reap(
             None => break,
         }
     }
-    let last_pass = std::mem::take(suspects);
+    let last_pass = std::mem::take(&mut memory.suspects);
     if old.is_empty() {
         return Ok(());
     }
@@ -413,7 +429,7 @@ async fn reap(
                 job_id = claim.id,
                 "reaper: stale claim, put back at the next pass if still so: {reason}"
             );
-            suspects.insert(suspect);
+            memory.suspects.insert(suspect);
             continue;
         }
         let why = format!("attempt {} abandoned: {reason}", claim.attempts);
@@ -423,6 +439,7 @@ async fn reap(
             jobs::rescue(conn, claim, &why, max).await?,
             &reason,
             max,
+            metrics,
         );
     }
     if foreign > 0 {
@@ -447,8 +464,13 @@ async fn processlist(conn: &mut Conn) -> anyhow::Result<HashSet<u64>> {
         .collect())
 }
 
-/// One line per claim put back, or per job failed as a poison pill.
-fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32) {
+/// One line per claim put back, or per job failed as a poison pill; and its count.
+fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32, metrics: &Metrics) {
+    match rescued {
+        Rescued::Gone => {}
+        Rescued::Failed => metrics.rescued(true),
+        _ => metrics.rescued(false),
+    }
     match rescued {
         Rescued::Pending => warn!(
             job_id = claim.id,

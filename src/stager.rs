@@ -15,7 +15,7 @@
 //! working holder leaves none, and each move is fenced by the row's own status and run_at.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
 use mysql_async::Conn;
@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock};
 use crate::error::chain;
+use crate::metrics::{Metrics, Op};
 use crate::store::jobs;
 
 /// The stager lock: one stager acts at a time across all instances on the server.
@@ -46,6 +47,8 @@ pub struct Stager {
     /// While the server is read-only: said once, and passes spaced out by the backoff.
     read_only: db::ReadOnly,
     backoff: db::Backoff,
+    /// Passes timed.
+    metrics: Arc<Metrics>,
 }
 
 /// What a pass did, and so when the next is due.
@@ -58,8 +61,13 @@ enum Pass {
 }
 
 impl Stager {
-    pub fn new(db: DatabaseSettings, settings: watch::Receiver<Arc<Settings>>) -> Self {
+    pub fn new(
+        db: DatabaseSettings,
+        settings: watch::Receiver<Arc<Settings>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Stager {
+            metrics,
             db,
             settings,
             conn: None,
@@ -79,7 +87,10 @@ impl Stager {
                 _ = tokio::time::sleep(wait) => {}
             }
             let poll = self.settings.borrow().worker.poll_interval;
+            let t = Instant::now();
             let pass = self.pass().await;
+            self.metrics
+                .statement(Op::Stage, t.elapsed(), pass.as_ref().err());
             if pass.is_ok() {
                 self.backoff.reset();
             }

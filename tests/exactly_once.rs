@@ -62,7 +62,7 @@ async fn setup(tag: &str, main: &str, persistent: bool) -> (TestDb, std::path::P
     std::fs::write(
         &config,
         format!(
-            "[database]\nurl = \"{url}\"\n\
+            "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{url}\"\n\
              [worker]\nconcurrency = 4\npoll_interval = \"100ms\"\nshutdown_timeout = \"5s\"\n\
              [reaper]\ninterval = \"500ms\"\nstale_after = \"2s\"\n\
              [[queue]]\nname = \"orders\"\ncommand = [\"{h}\"]\npersistent = {persistent}\n\

@@ -65,7 +65,7 @@ async fn the_php_sms_handler_sends_retries_and_fails() {
     std::fs::write(
         &config,
         format!(
-            "[database]\nurl = \"{}\"\n[worker]\npoll_interval = \"100ms\"\n\
+            "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{}\"\n[worker]\npoll_interval = \"100ms\"\n\
              [[queue]]\nname = \"sms\"\ncommand = [\"{script}\"]\nmax_attempts = 2\n\
              backoff = \"100ms\"\nbackoff_max = \"100ms\"\npass_env = [\"SMS_GATEWAY_URL\"]\n",
             db.url

@@ -42,7 +42,7 @@ fn config(db: &TestDb, persistent: bool) -> PathBuf {
         false => db.script("handler-j.sh", PER_JOB),
     };
     let text = format!(
-        "[database]\nurl = \"{url}\"\n\n[worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\n\
+        "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{url}\"\n\n[worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\n\
          [[queue]]\nname = \"q\"\ncommand = [\"{h}\"]\npersistent = {persistent}\ntimeout = \"10m\"\n",
         url = db.url,
         h = handler.display()

@@ -63,7 +63,7 @@ myjob.serve(handle)
 fn one_queue(db: &TestDb, handler: &Path, extra: &str) -> PathBuf {
     let config = db.path("myjob.toml");
     let text = format!(
-        "[database]\nurl = \"{}\"\n[worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\
+        "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{}\"\n[worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\
          [[queue]]\nname = \"h\"\ncommand = [\"{}\"]\npersistent = true\n{extra}\n",
         db.url,
         handler.display()

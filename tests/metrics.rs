@@ -9,6 +9,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{TestDb, Worker};
+use mysql_async::prelude::*;
 
 /// A free port of 127.0.0.1 at the time of asking.
 fn free_port() -> u16 {
@@ -24,8 +25,8 @@ fn with_metrics(db: &TestDb, port: u16, name: &str) -> std::path::PathBuf {
     let base = db.config("concurrency = 2", "");
     let path = db.path(name);
     let text = std::fs::read_to_string(base).unwrap();
-    let listen = format!("\n[metrics]\nlisten = \"127.0.0.1:{}\"\n", port - 1);
-    std::fs::write(&path, text + &listen).unwrap();
+    let listen = format!("listen = \"127.0.0.1:{}\"", port - 1);
+    std::fs::write(&path, text.replace("listen = \"\"", &listen)).unwrap();
     path
 }
 
@@ -59,6 +60,16 @@ async fn an_instance_serves_its_counts_on_its_own_port() {
     let port = free_port();
     let config = with_metrics(&db, port, "metrics.toml");
     db.insert("q", &vec!["ok"; 20]).await;
+    // A due job of a queue the config does not name, an hour late: the queue gauges are the
+    // database's, and name it all the same.
+    db.conn()
+        .await
+        .query_drop(
+            "INSERT INTO myjob_jobs (queue, payload, run_at) \
+             VALUES ('elsewhere', 'x', NOW(6) - INTERVAL 1 HOUR)",
+        )
+        .await
+        .unwrap();
     let worker = Worker::start(&config, "1");
     db.wait_count("status = 'done'", 20, 30).await;
     worker.wait_log("metrics: serving GET /metrics", 10).await;
@@ -92,6 +103,49 @@ async fn an_instance_serves_its_counts_on_its_own_port() {
             &text,
             r#"myjob_jobs_finished_total{queue="q",outcome="failed"}"#
         ),
+        Some(0.0)
+    );
+    // The wait from due to start, one per attempt; the statements, timed by op.
+    assert_eq!(
+        sample(&text, r#"myjob_job_wait_seconds_count{queue="q"}"#),
+        Some(20.0)
+    );
+    assert!(
+        sample(
+            &text,
+            r#"myjob_db_statement_duration_seconds_count{op="claim"}"#
+        )
+        .unwrap()
+            >= 1.0,
+        "{text}"
+    );
+    // The only instance leads: it serves the queue gauges, read from the table.
+    assert_eq!(
+        sample(&text, "myjob_queue_gauges_leader"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"myjob_queue_jobs{queue="q",state="pending"}"#),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"myjob_queue_jobs{queue="elsewhere",state="pending"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let age = sample(
+        &text,
+        r#"myjob_queue_oldest_due_age_seconds{queue="elsewhere"}"#,
+    )
+    .unwrap();
+    assert!((3600.0..3700.0).contains(&age), "{text}");
+    assert_eq!(
+        sample(&text, r#"myjob_rescued_jobs_total{outcome="failed"}"#),
         Some(0.0)
     );
     assert_eq!(sample(&text, "myjob_handler_slots"), Some(2.0));
@@ -150,6 +204,19 @@ async fn a_port_in_use_or_an_instance_without_a_number_exits_78() {
         line.contains("metrics.listen: instance \"web\" has no number"),
         "{line}"
     );
+
+    // Under the default, an instance without a number runs, without metrics, and says so.
+    let default = db.path("default.toml");
+    let text = std::fs::read_to_string(db.config("", "")).unwrap();
+    std::fs::write(&default, text.replace("[metrics]\nlisten = \"\"\n", "")).unwrap();
+    let worker = Worker::start(&default, "web");
+    worker.wait_log("ready", 20).await;
+    worker
+        .wait_log(
+            "metrics: this instance serves no metrics: its name is not a number",
+            5,
+        )
+        .await;
 
     let bad = db.path("bad.toml");
     let text = std::fs::read_to_string(&config)

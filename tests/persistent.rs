@@ -59,7 +59,7 @@ fn handler(db: &TestDb) -> PathBuf {
 /// `worker` added to `[worker]` and `queue` to the queue's table.
 fn config(db: &TestDb, mode: &str, worker: &str, queue: &str) -> PathBuf {
     let text = format!(
-        "[database]\nurl = \"{url}\"\n\n[worker]\npoll_interval = \"100ms\"\nshutdown_timeout = \"5s\"\nkill_grace = \"1s\"\n{worker}\n\n\
+        "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{url}\"\n\n[worker]\npoll_interval = \"100ms\"\nshutdown_timeout = \"5s\"\nkill_grace = \"1s\"\n{worker}\n\n\
          [reaper]\ninterval = \"500ms\"\nstale_after = \"2s\"\n\n\
          [[queue]]\nname = \"p\"\ncommand = [\"{h}\", \"{mode}\"]\npersistent = true\nbackoff = \"100ms\"\nbackoff_max = \"200ms\"\nmax_attempts = 3\n{queue}\n",
         url = db.url,

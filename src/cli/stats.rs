@@ -17,7 +17,7 @@ struct Document {
 
 pub async fn run(config: &Path, json: bool) -> Result<(), Error> {
     let (settings, mut conn) = super::open(config).await?;
-    let mut by_queue = admin::stats(&mut conn)
+    let mut by_queue = admin::stats(&mut conn, true)
         .await
         .or_exit(ExitCode::Unavailable)?;
     let paused = queues::paused(&mut conn)

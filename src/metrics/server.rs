@@ -44,7 +44,19 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: Cance
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let metrics = metrics.clone();
-                async move { Ok::<_, Infallible>(answer(&metrics, &req)) }
+                async move {
+                    // The leader's queue gauges are read from the database before the scrape
+                    // is encoded (cached: see `queues`).
+                    // In a task of its own: a scraper that hangs up mid-reading must not
+                    // leave the leader's connection in the middle of a statement.
+                    if req.uri().path() == "/metrics" && req.method() == Method::GET {
+                        if let Some(g) = metrics.queue_gauges.clone() {
+                            let m = metrics.clone();
+                            let _ = tokio::spawn(async move { g.refresh(&m).await }).await;
+                        }
+                    }
+                    Ok::<_, Infallible>(answer(&metrics, &req))
+                }
             });
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)

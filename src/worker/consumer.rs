@@ -21,7 +21,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure};
 use crate::error::chain;
-use crate::metrics::{ClaimLabels, Metrics, QueueLabel};
+use crate::metrics::{self, Metrics, Op};
 use crate::stats::Stats;
 use crate::store::jobs::{self, Claimer, Completion, Outcome};
 use crate::store::servers;
@@ -100,12 +100,12 @@ impl Consumer {
         let now = Instant::now();
         Consumer {
             settings,
-            metrics,
+            metrics: metrics.clone(),
             worker: name.to_string(),
             stats,
             link: Link::new(db, connected),
             prefetch: Prefetch::new(now),
-            slots: Slots::new(&name.instance),
+            slots: Slots::new(&name.instance, metrics.clone()),
             outbox: Outbox::default(),
             busy: Vec::new(),
             next_probe: now,
@@ -281,11 +281,8 @@ impl Consumer {
                 r.queue = queue.clone();
             }
             self.metrics
-                .started
-                .get_or_create(&QueueLabel {
-                    queue: r.job.queue.clone(),
-                })
-                .inc();
+                .queue(&r.job.queue)
+                .started(r.job.due_to_claim + r.job.read_at.elapsed());
             self.slots.start(r, &settings.worker);
         }
         self.stats.running.store(self.slots.len(), Relaxed);
@@ -400,7 +397,11 @@ impl Consumer {
             .collect();
         batches.sort_unstable();
         batches.dedup();
-        match db::within(limit, jobs::cancelled(conn, &batches)).await {
+        match self
+            .metrics
+            .within(Op::Cancelled, limit, jobs::cancelled(conn, &batches))
+            .await
+        {
             Ok(ids) => {
                 self.link.succeeded();
                 if ids.is_empty() {
@@ -445,7 +446,14 @@ impl Consumer {
                 *probes % PAUSES_RETRY == 0
             }
         };
-        let mut found = db::within(limit, jobs::probe(conn, &served, pauses, &suspects)).await;
+        let mut found = self
+            .metrics
+            .within(
+                Op::Probe,
+                limit,
+                jobs::probe(conn, &served, pauses, &suspects),
+            )
+            .await;
         if let Err(e) = &found {
             if db::server_code(e) == Some(ER_TABLEACCESS_DENIED) {
                 if self.pauses_denied.is_none() {
@@ -453,7 +461,14 @@ impl Consumer {
                     self.pauses_denied = Some(0);
                 }
                 self.paused.clear();
-                found = db::within(limit, jobs::probe(conn, &served, false, &suspects)).await;
+                found = self
+                    .metrics
+                    .within(
+                        Op::Probe,
+                        limit,
+                        jobs::probe(conn, &served, false, &suspects),
+                    )
+                    .await;
             }
         }
         match found {
@@ -508,20 +523,16 @@ impl Consumer {
             while k < self.busy.len() && left > 0 {
                 let share = left.div_ceil(offered);
                 offered -= 1;
-                let claimed = db::within(
-                    limit,
-                    jobs::claim(conn, batch_id, &self.busy[k], share, &who),
-                )
-                .await;
+                let claimed = self
+                    .metrics
+                    .within(
+                        Op::Claim,
+                        limit,
+                        jobs::claim(conn, batch_id, &self.busy[k], share, &who),
+                    )
+                    .await;
                 if let Ok(n) = &claimed {
-                    let result = if *n > 0 { "jobs" } else { "empty" };
-                    self.metrics
-                        .claims
-                        .get_or_create(&ClaimLabels {
-                            queue: self.busy[k].clone(),
-                            result: result.to_owned(),
-                        })
-                        .inc();
+                    self.metrics.queue(&self.busy[k]).claimed(*n > 0);
                 }
                 match claimed {
                     Ok(n) if n < share => {
@@ -559,7 +570,11 @@ impl Consumer {
                 }
             };
         }
-        let claimed = match db::within(limit, jobs::read_batch(conn, batch_id)).await {
+        let claimed = match self
+            .metrics
+            .within(Op::ReadBatch, limit, jobs::read_batch(conn, batch_id))
+            .await
+        {
             Ok(claimed) => claimed,
             Err(e) => {
                 self.unread.push(batch_id);
@@ -620,7 +635,11 @@ impl Consumer {
             let Some(conn) = self.link.conn() else {
                 return;
             };
-            match db::within(limit, jobs::read_batch(conn, batch_id)).await {
+            match self
+                .metrics
+                .within(Op::ReadBatch, limit, jobs::read_batch(conn, batch_id))
+                .await
+            {
                 Ok(claimed) => {
                     self.link.succeeded();
                     self.unread.remove(0);
@@ -649,7 +668,15 @@ impl Consumer {
             return;
         };
         let fresh = settings.reaper.interval / 2;
-        match db::within(limit, servers::stamp_unless_fresh(conn, server, fresh)).await {
+        match self
+            .metrics
+            .within(
+                Op::Heartbeat,
+                limit,
+                servers::stamp_unless_fresh(conn, server, fresh),
+            )
+            .await
+        {
             Ok(()) => self.link.wrote(),
             Err(e) => self.db_error(e).await,
         }
@@ -695,14 +722,26 @@ impl Consumer {
             owner_server: server,
             worker: &self.worker,
         };
-        if !db::within(limit, jobs::claim_suspect(conn, batch_id, &queue, &who)).await? {
+        if !self
+            .metrics
+            .within(
+                Op::Claim,
+                limit,
+                jobs::claim_suspect(conn, batch_id, &queue, &who),
+            )
+            .await?
+        {
             self.link.used();
             self.suspects = None;
             return Ok(());
         }
         // Claimed: the quarantine slot is its from now, read back or not.
         self.quarantine = Some(batch_id);
-        let claimed = match db::within(limit, jobs::read_batch(conn, batch_id)).await {
+        let claimed = match self
+            .metrics
+            .within(Op::ReadBatch, limit, jobs::read_batch(conn, batch_id))
+            .await
+        {
             Ok(claimed) => claimed,
             Err(e) => {
                 self.unread.push(batch_id);
@@ -727,16 +766,15 @@ impl Consumer {
         };
         self.stats.running.store(self.slots.len(), Relaxed);
         let (job_id, attempt) = (f.completion.job_id, f.attempt);
-        let outcome = match &f.completion.outcome {
-            _ if lost => "lost",
-            Outcome::Done => "done",
-            Outcome::Retry { .. } => "retried",
-            Outcome::Fail { .. } => "failed",
-            Outcome::Release => "released",
-            Outcome::Cancelled => "cancelled",
+        let ended = match &f.completion.outcome {
+            _ if lost => metrics::Outcome::Lost,
+            Outcome::Done => metrics::Outcome::Done,
+            Outcome::Retry { .. } => metrics::Outcome::Retried,
+            Outcome::Fail { .. } => metrics::Outcome::Failed,
+            Outcome::Release => metrics::Outcome::Released,
+            Outcome::Cancelled => metrics::Outcome::Cancelled,
         };
-        self.metrics
-            .finished(&f.queue, outcome, f.ran_for.as_secs_f64());
+        self.metrics.queue(&f.queue).finished(ended, f.ran_for);
         self.metrics.busy.set(self.slots.len() as i64);
         match &f.completion.outcome {
             _ if lost => info!(
@@ -774,7 +812,11 @@ impl Consumer {
         let Some(conn) = self.link.conn() else {
             return;
         };
-        match db::within(limit, self.outbox.write(conn)).await {
+        match self
+            .metrics
+            .within(Op::Outcomes, limit, self.outbox.write(conn))
+            .await
+        {
             Ok(()) => self.link.wrote(),
             Err(e) => self.db_error(e).await,
         }
@@ -802,7 +844,7 @@ impl Consumer {
                     .await
                     .map_err(|e| anyhow::anyhow!(db::describe(&e)))
             };
-            if let Err(e) = db::within(limit, rollback).await {
+            if let Err(e) = self.metrics.within(Op::Outcomes, limit, rollback).await {
                 self.link.lost(&e);
                 return;
             }
@@ -829,7 +871,11 @@ impl Consumer {
             return;
         };
         let limit = self.link.limit();
-        match db::within(limit, self.adopt(&mut fresh)).await {
+        let metrics = self.metrics.clone();
+        match metrics
+            .within(Op::Adopt, limit, self.adopt(&mut fresh))
+            .await
+        {
             Ok(adopted) => self.link.install(fresh, adopted),
             Err(e) => self.link.failed(&e.context("setting up the connection")),
         }

@@ -9,6 +9,7 @@
 //! queue, and at the shutdown.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{QueueSettings, Settings};
+use crate::metrics::{Metrics, ProcessExit};
 use crate::worker::process::Process;
 
 /// The first delay after a process of a queue failed to start; it doubles with each failure
@@ -34,11 +36,14 @@ pub struct Pool {
     kill_grace: Duration,
     /// The end of a shutdown's time: processes still leaving are killed.
     abort: CancellationToken,
+    /// Exits counted by reason.
+    metrics: Arc<Metrics>,
 }
 
 impl Pool {
-    pub fn new(abort: CancellationToken) -> Self {
+    pub fn new(abort: CancellationToken, metrics: Arc<Metrics>) -> Self {
         Pool {
+            metrics,
             idle: Vec::new(),
             failures: HashMap::new(),
             leaving: JoinSet::new(),
@@ -88,7 +93,7 @@ impl Pool {
             .and_then(|s| s.max_jobs_per_process);
         if limit.is_some_and(|n| p.jobs >= n) {
             info!(queue = %p.queue.name, pid = p.pid(), jobs = p.jobs, "handler process recycled: max_jobs_per_process reached");
-            self.close(p);
+            self.close(p, ProcessExit::Recycled);
         } else {
             self.idle.push(p);
         }
@@ -126,8 +131,17 @@ impl Pool {
         while self.idle.len() > keep {
             let p = self.idle.remove(0);
             info!(queue = %p.queue.name, pid = p.pid(), "handler process stopped: its slot is needed by another queue");
-            self.close(p);
+            self.close(p, ProcessExit::Idle);
         }
+    }
+
+    /// Each persistent queue's idle processes.
+    pub fn idle_by_queue(&self) -> HashMap<&str, usize> {
+        let mut n = HashMap::new();
+        for p in &self.idle {
+            *n.entry(p.queue.name.as_str()).or_default() += 1;
+        }
+        n
     }
 
     /// Once per turn of the consumer: ends idle processes that died or wrote out of turn, and
@@ -143,14 +157,18 @@ impl Pool {
             let p = &mut self.idle[i];
             let stop = match (p.check_idle(), current) {
                 (Err(why), _) => Err(why),
-                (Ok(()), None) => Ok("its queue is no longer configured".to_owned()),
-                (Ok(()), Some(q)) if **q != *p.queue => {
-                    Ok("the reload changed its queue's settings".to_owned())
-                }
+                (Ok(()), None) => Ok((
+                    "its queue is no longer configured".to_owned(),
+                    ProcessExit::Reload,
+                )),
+                (Ok(()), Some(q)) if **q != *p.queue => Ok((
+                    "the reload changed its queue's settings".to_owned(),
+                    ProcessExit::Reload,
+                )),
                 (Ok(()), Some(_)) => match &p.queue.persistent {
-                    Some(s) if now.duration_since(p.idle_since) >= s.idle_timeout => Ok(format!(
-                        "idle for {}",
-                        humantime::format_duration(s.idle_timeout)
+                    Some(s) if now.duration_since(p.idle_since) >= s.idle_timeout => Ok((
+                        format!("idle for {}", humantime::format_duration(s.idle_timeout)),
+                        ProcessExit::Idle,
                     )),
                     _ => {
                         i += 1;
@@ -161,9 +179,9 @@ impl Pool {
             let p = self.idle.remove(i);
             match stop {
                 Err(why) => self.unfit(p, &why),
-                Ok(why) => {
+                Ok((why, exit)) => {
                     info!(queue = %p.queue.name, pid = p.pid(), "handler process stopped: {why}");
-                    self.close(p);
+                    self.close(p, exit);
                 }
             }
         }
@@ -173,12 +191,13 @@ impl Pool {
     /// The shutdown: every idle process gets EOF now.
     pub fn close_all(&mut self) {
         for p in std::mem::take(&mut self.idle) {
-            self.close(p);
+            self.close(p, ProcessExit::Shutdown);
         }
     }
 
     /// EOF on its stdin, and it leaves in the background.
-    pub fn close(&mut self, p: Process) {
+    pub fn close(&mut self, p: Process, why: ProcessExit) {
+        self.metrics.queue(&p.queue.name).process_exited(why);
         self.leaving
             .spawn(p.close(self.kill_grace, self.abort.clone()));
     }
@@ -186,6 +205,9 @@ impl Pool {
     /// A process found dead or misbehaving while idle: logged, and killed.
     fn unfit(&mut self, mut p: Process, why: &str) {
         warn!(queue = %p.queue.name, pid = p.pid(), "handler process replaced: {why}");
+        self.metrics
+            .queue(&p.queue.name)
+            .process_exited(ProcessExit::Unfit);
         self.leaving.spawn(async move { p.kill().await });
     }
 }

@@ -4,12 +4,14 @@
 //! which gets it back when the job is answered.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, WorkerSettings};
+use crate::metrics::{Metrics, ProcessExit};
 use crate::store::jobs::{Completion, Outcome};
 use crate::worker::handler::{self, Exit};
 use crate::worker::pool::Pool;
@@ -58,6 +60,8 @@ pub struct Slots {
     tasks: JoinSet<Ran>,
     running: HashMap<Id, Running>,
     pool: Pool,
+    /// Persistent processes counted by state, and their exits.
+    metrics: Arc<Metrics>,
     /// The drain has begun: processes that answer their job leave instead of idling.
     stopping: bool,
     kill_grace: Duration,
@@ -66,13 +70,14 @@ pub struct Slots {
 }
 
 impl Slots {
-    pub fn new(instance: &str) -> Self {
+    pub fn new(instance: &str, metrics: Arc<Metrics>) -> Self {
         let abort = CancellationToken::new();
         Slots {
             instance: instance.to_owned(),
             tasks: JoinSet::new(),
             running: HashMap::new(),
-            pool: Pool::new(abort.clone()),
+            pool: Pool::new(abort.clone(), metrics.clone()),
+            metrics,
             stopping: false,
             kill_grace: Duration::from_secs(5),
             abort,
@@ -230,6 +235,17 @@ impl Slots {
     /// Idle persistent processes: see [`Pool::sweep`].
     pub fn sweep(&mut self, settings: &Settings) {
         self.pool.sweep(settings, self.busy_processes());
+        // The process gauges, once per turn: a few processes, a few queues.
+        let idle = self.pool.idle_by_queue();
+        for q in settings.queues.iter().filter(|q| q.persistent.is_some()) {
+            let busy = self
+                .running
+                .values()
+                .filter(|r| r.queue.name == q.name)
+                .count();
+            let m = self.metrics.queue(&q.name);
+            m.processes(idle.get(q.name.as_str()).copied().unwrap_or(0), busy);
+        }
     }
 
     /// Jobs running on persistent processes (or on their way to one). Per-job handlers do
@@ -276,12 +292,17 @@ impl Slots {
                     Some(Err(why)) => self.pool.start_failed(&r.queue.name, why),
                     None => {}
                 }
-                if let Some(p) = ran.process {
-                    if self.stopping {
-                        self.pool.close(p);
-                    } else {
-                        self.pool.put(p, self.kill_grace);
+                match ran.process {
+                    Some(p) if self.stopping => self.pool.close(p, ProcessExit::Shutdown),
+                    Some(p) => self.pool.put(p, self.kill_grace),
+                    // A persistent job whose process started (or was taken idle) and did
+                    // not come back: it died, or was killed, with the job.
+                    None if r.queue.persistent.is_some() && !matches!(ran.start, Some(Err(_))) => {
+                        self.metrics
+                            .queue(&r.queue.name)
+                            .process_exited(ProcessExit::Job)
                     }
+                    None => {}
                 }
                 ran.outcome
             }
@@ -323,6 +344,8 @@ mod tests {
                 payload: b"x".to_vec(),
                 attempt: 1,
                 max_attempts: None,
+                due_to_claim: Duration::ZERO,
+                read_at: tokio::time::Instant::now(),
             },
             batch_id: 7,
             queue: Arc::new(QueueSettings {
@@ -350,7 +373,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_handler_ends_with_its_jobs_outcome() {
-        let mut slots = Slots::new("t");
+        let mut slots = Slots::new("t", Arc::new(Metrics::new(&[], None)));
         let t = Duration::from_secs(10);
         let w = worker(t);
         slots.start(ready(1, &["/bin/true"], t), &w);
@@ -372,7 +395,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_abort_kills_the_handlers_and_releases_their_jobs() {
-        let mut slots = Slots::new("t");
+        let mut slots = Slots::new("t", Arc::new(Metrics::new(&[], None)));
         let t = Duration::from_secs(60);
         slots.start(ready(1, &["/bin/sleep", "60"], t), &worker(t));
         slots.abort();

@@ -125,6 +125,7 @@ impl TestDb {
         let text = format!(
             "[database]\nurl = \"{url}\"\n\n[worker]\npoll_interval = \"100ms\"\nshutdown_timeout = \"5s\"\n{worker_extra}\n\n\
              [reaper]\ninterval = \"500ms\"\nstale_after = \"2s\"\n\n\
+             [metrics]\nlisten = \"\"\n\n\
              [[queue]]\nname = \"q\"\ncommand = [\"{h}\"]\nbackoff = \"100ms\"\nbackoff_max = \"200ms\"\nmax_attempts = 3\n{rest}\n",
             url = self.url,
             h = handler.display()

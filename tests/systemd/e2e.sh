@@ -103,6 +103,11 @@ check "both instances handled jobs" test "$(awk '{print $2}' "$R/var/lib/myjob-e
 check "STATUS= shows the summary" wait_for 5 sh -c "\"$HERE/run-in-systemd.sh\" systemctl show -p StatusText --value myjob@1 | grep -q '^running 0/4, done [1-9]'"
 sd systemctl status --no-pager myjob@1 | grep -E 'Active:|Status:' | sed 's/^/    /'
 
+# ---- metrics: on by default, myjob@N on 127.0.0.1:17100+N, under the unit's sandbox
+done_on() { curl -sf "http://127.0.0.1:$1/metrics" | awk '/^myjob_jobs_finished_total\{queue="default",outcome="done"\}/ {n = $2} END {print n + 0}'; }
+check "myjob@1 and myjob@2 serve GET /metrics on 17101 and 17102, their done counts adding up to 400" \
+  test "$(( $(done_on 17101) + $(done_on 17102) ))" = 400
+
 # ---- the journal
 j=$(journal myjob@1)
 check "journal: ready" grep -q '^ready$' <<<"$j"

@@ -28,6 +28,10 @@ pub struct ClaimedJob {
     pub attempt: u32,
     /// The job's own limit; NULL means the queue's.
     pub max_attempts: Option<u32>,
+    /// From due (run_at) to the claim, by the database's clock: the metrics' wait.
+    pub due_to_claim: std::time::Duration,
+    /// When the batch was read back, by this host's clock: the rest of the wait is from here.
+    pub read_at: tokio::time::Instant,
 }
 
 /// Who claims: written into the claimed rows for the reaper and for people reading the table.
@@ -191,24 +195,31 @@ pub async fn probe(
 /// The jobs a claim stamped with `batch_id`, in run order. Served by the batch_id index.
 pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<ClaimedJob>> {
     // The queue as bytes: the column is binary, and no row may make the conversion panic.
-    type Row = (u64, Vec<u8>, Vec<u8>, u32, Option<u32>);
+    type Row = (u64, Vec<u8>, Vec<u8>, u32, Option<u32>, Option<i64>);
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT id, queue, payload, attempts, max_attempts FROM myjob_jobs \
+            "SELECT id, queue, payload, attempts, max_attempts, \
+                    TIMESTAMPDIFF(MICROSECOND, run_at, claimed_at) FROM myjob_jobs \
              WHERE batch_id = ? AND status = 'claimed' ORDER BY priority DESC, id",
             (batch_id,),
         )
         .await
         .context("reading the claimed batch")?;
+    let read_at = tokio::time::Instant::now();
     Ok(rows
         .into_iter()
-        .map(|(id, queue, payload, attempt, max_attempts)| ClaimedJob {
-            id,
-            queue: String::from_utf8_lossy(&queue).into_owned(),
-            payload,
-            attempt,
-            max_attempts,
-        })
+        .map(
+            |(id, queue, payload, attempt, max_attempts, waited)| ClaimedJob {
+                id,
+                queue: String::from_utf8_lossy(&queue).into_owned(),
+                payload,
+                attempt,
+                max_attempts,
+                // A suspect's run_at is its first due time; a job claimed early never is.
+                due_to_claim: std::time::Duration::from_micros(waited.unwrap_or(0).max(0) as u64),
+                read_at,
+            },
+        )
         .collect())
 }
 

@@ -1,0 +1,285 @@
+//! The queue gauges: each queue's jobs by state and the age of its oldest due job, read from
+//! the database's indexes at scrape time and cached for [`CACHE`], by one instance only of all
+//! those using the database (N instances exporting N copies of one global figure would make
+//! every `sum()` N times too large).
+//!
+//! The one instance is the holder of a named lock of its own (`GET_LOCK`, one per database on
+//! the server), taken by its first scrape and held by an idle connection for as long as that
+//! lives. Not the reaper's lock: the reaper takes that for each pass and lets it go, so that a
+//! frozen instance never stops the reaping; a leader must stay the same from one scrape to
+//! the next. When the leader dies its connection closes, the server frees the lock, and the
+//! next scrape of another instance takes it. On Galera the lock is the node's (one leader per
+//! node; `max without(instance)` makes them one), and where the server refuses lock functions
+//! every instance serves the gauges. An instance that nobody scrapes opens no connection; one
+//! that is scraped holds one more, idle between scrapes, and a leader nobody scrapes for
+//! [`IDLE`] lets the lead go with it.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use tracing::{debug, info};
+
+use super::{Metrics, Op};
+use crate::config::DatabaseSettings;
+use crate::db::{self, NamedLock};
+use crate::error::chain;
+use crate::store::jobs::admin::{self, QueueStats};
+
+/// How long one reading of the database serves scrapes: several Prometheus servers (or one
+/// with a short interval) cost the database one count per this.
+pub const CACHE: Duration = Duration::from_secs(5);
+/// The most a reading may take; past it the scrape answers without the gauges, and the
+/// server stops the statement.
+const READ_LIMIT: Duration = Duration::from_secs(5);
+/// The leader's session ends (and its lock with it) when unused for this long: a leader
+/// that nobody scrapes any more, or that is cut off, hands over within it.
+const IDLE: Duration = Duration::from_secs(120);
+/// The most queues the gauges name; the jobs of any more count as [`OTHER`].
+const MAX_QUEUES: usize = 100;
+/// The leader's lock.
+const LOCK: &str = "myjob_metrics";
+/// The label of the jobs of queues this instance's config does not hold.
+const OTHER: &str = "(other)";
+/// The states the gauges count: those still to act on (done and cancelled jobs are history
+/// that retention deletes, and counting them would walk the whole table).
+const STATES: [&str; 5] = ["pending", "suspect", "scheduled", "claimed", "failed"];
+/// The families only the leader serves, as a scrape names them.
+pub const FAMILIES: [&str; 2] = ["myjob_queue_jobs", "myjob_queue_oldest_due_age_seconds"];
+
+/// What the last reading found: per queue, the count of each of [`STATES`] and the oldest
+/// due job's age in seconds.
+type Reading = BTreeMap<String, ([u64; 5], u64)>;
+
+/// The leader's connection and whether it holds the lock.
+#[derive(Default)]
+struct Reader {
+    conn: Option<Conn>,
+    leading: bool,
+    /// When the last reading was made, successful or not.
+    at: Option<Instant>,
+}
+
+pub struct QueueGauges {
+    db: DatabaseSettings,
+    /// The config's queue names: each gets its series at 0; any other queue counts as
+    /// [`OTHER`].
+    names: Mutex<Vec<String>>,
+    reader: tokio::sync::Mutex<Reader>,
+    /// What the scrapes encode: None when this instance does not lead.
+    shown: Mutex<Option<Reading>>,
+    /// 1 while this instance serves the gauges.
+    leader: Gauge,
+}
+
+impl std::fmt::Debug for QueueGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueGauges")
+            .field("database", &self.db.display)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueueGauges {
+    pub fn new(db: DatabaseSettings) -> Self {
+        QueueGauges {
+            db,
+            names: Mutex::new(Vec::new()),
+            reader: tokio::sync::Mutex::new(Reader::default()),
+            shown: Mutex::new(None),
+            leader: Gauge::default(),
+        }
+    }
+
+    /// Registers the leader gauge and the collector of the queue gauges.
+    pub(super) fn register(self: &std::sync::Arc<Self>, registry: &mut Registry) {
+        registry.register(
+            "queue_gauges_leader",
+            "1 on the one instance that serves the queue gauges (myjob_queue_*) for the \
+             database, 0 on the others",
+            self.leader.clone(),
+        );
+        registry.register_collector(Box::new(Shown(self.clone())));
+    }
+
+    /// Queue `name` is in the config.
+    pub(super) fn configured(&self, name: &str) {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+
+    /// Before a scrape: reads the database again when the last reading is older than
+    /// [`CACHE`], taking the lead if nobody holds it. Concurrent scrapes wait for one reading.
+    pub async fn refresh(&self, metrics: &Metrics) {
+        let mut reader = self.reader.lock().await;
+        if reader.at.is_some_and(|at| at.elapsed() < CACHE) {
+            return;
+        }
+        let was_leading = reader.leading;
+        let t = Instant::now();
+        let read = db::within(READ_LIMIT, reader.read(&self.db)).await;
+        reader.at = Some(Instant::now());
+        let reading = match read {
+            Ok(Some(stats)) => {
+                metrics.statement(Op::QueueGauges, t.elapsed(), None);
+                Some(self.reading(stats))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                metrics.statement(Op::QueueGauges, t.elapsed(), Some(&e));
+                debug!("metrics: reading the queue gauges: {}", chain(&*e));
+                // A fresh connection next time; the lock goes with this one.
+                *reader = Reader {
+                    at: reader.at,
+                    ..Reader::default()
+                };
+                None
+            }
+        };
+        if reader.leading != was_leading {
+            if reader.leading {
+                info!("metrics: this instance serves the queue gauges");
+            } else {
+                info!("metrics: this instance no longer serves the queue gauges");
+            }
+        }
+        self.leader.set(i64::from(reading.is_some()));
+        *self.shown.lock().unwrap_or_else(|e| e.into_inner()) = reading;
+    }
+
+    /// The database's counts by queue: the config's queues (at 0 when empty) and the
+    /// table's, by name whichever instance leads, up to [`MAX_QUEUES`]; the rest as [`OTHER`].
+    fn reading(&self, stats: BTreeMap<String, QueueStats>) -> Reading {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut reading: Reading = names.iter().map(|n| (n.clone(), ([0; 5], 0))).collect();
+        for (name, q) in stats {
+            let key = if reading.contains_key(&name) || reading.len() < MAX_QUEUES {
+                name
+            } else {
+                OTHER.to_owned()
+            };
+            let (counts, age) = reading.entry(key).or_insert(([0; 5], 0));
+            for (c, n) in
+                counts
+                    .iter_mut()
+                    .zip([q.pending, q.suspect, q.scheduled, q.claimed, q.failed])
+            {
+                *c += n;
+            }
+            *age = (*age).max(q.oldest_pending_age_s);
+        }
+        reading
+    }
+}
+
+impl Reader {
+    /// One reading, or None when another instance leads. A connection that broke since the
+    /// last reading (a server's wait_timeout, a KILL, a restart) is replaced at once, once.
+    async fn read(
+        &mut self,
+        db: &DatabaseSettings,
+    ) -> anyhow::Result<Option<BTreeMap<String, QueueStats>>> {
+        let had = self.conn.is_some();
+        match self.read_once(db).await {
+            Err(e) if had && db::classify(&e) == db::Failure::Connection => {
+                *self = Reader {
+                    at: self.at,
+                    ..Reader::default()
+                };
+                self.read_once(db).await
+            }
+            read => read,
+        }
+    }
+
+    async fn read_once(
+        &mut self,
+        db: &DatabaseSettings,
+    ) -> anyhow::Result<Option<BTreeMap<String, QueueStats>>> {
+        if self.conn.is_none() {
+            let mut conn = db::connect(db).await?;
+            // A leader nobody scrapes any more, or one cut off, lets the lock go once the
+            // server closes its idle session; and no count outlives the scrape that wanted
+            // it (each server has its own name for the bound).
+            let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
+            let bound = if version.unwrap_or_default().contains("MariaDB") {
+                format!("SET SESSION max_statement_time = {}", READ_LIMIT.as_secs())
+            } else {
+                format!(
+                    "SET SESSION MAX_EXECUTION_TIME = {}",
+                    READ_LIMIT.as_millis()
+                )
+            };
+            conn.query_drop(bound).await?;
+            conn.query_drop(format!("SET SESSION wait_timeout = {}", IDLE.as_secs()))
+                .await?;
+            self.conn = Some(conn);
+            self.leading = false;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(None);
+        };
+        // A server that takes no writes is not where the workers are: after a failover that
+        // kept this session, the old primary's counts would stand beside the new one's.
+        let read_only: Option<i64> = conn.query_first("SELECT @@global.read_only").await?;
+        if read_only == Some(1) {
+            anyhow::bail!("the server is read-only: not the one the workers use");
+        }
+        if !self.leading {
+            match db::try_lock(conn, LOCK).await? {
+                NamedLock::Busy => return Ok(None),
+                NamedLock::Held | NamedLock::Unsupported => self.leading = true,
+            }
+        }
+        Ok(Some(admin::stats(conn, false).await?))
+    }
+}
+
+/// The collector: encodes the last reading, nothing when this instance does not lead.
+#[derive(Debug)]
+struct Shown(std::sync::Arc<QueueGauges>);
+
+impl Collector for Shown {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let shown = self.0.shown.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(reading) = shown.as_ref() else {
+            return Ok(());
+        };
+        let mut family = encoder.encode_descriptor(
+            "queue_jobs",
+            "Jobs by queue and state (pending, suspect, scheduled, claimed, failed), counted \
+             from the indexes at scrape time and cached for 5 s; served by one instance only \
+             (myjob_queue_gauges_leader): aggregate with max without(instance).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (queue, (counts, _)) in reading {
+            for (state, n) in STATES.iter().zip(counts) {
+                let labels = [("queue", queue.as_str()), ("state", *state)];
+                ConstGauge::new(*n as i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "queue_oldest_due_age",
+            "How long the queue's oldest due job has waited past its run_at, 0 when none is \
+             due; read at scrape time and cached for 5 s, served by one instance only \
+             (myjob_queue_gauges_leader): aggregate with max without(instance).",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?;
+        for (queue, (_, age)) in reading {
+            let labels = [("queue", queue.as_str())];
+            ConstGauge::new(*age as i64).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
