@@ -135,13 +135,15 @@ async fn a_claim_reaped_while_the_database_was_away_keeps_the_new_owners_outcome
     let db = TestDb::new("away_reaped").await;
     let proxy = Proxy::new();
     proxy.up().await;
-    let config = config_through(&db, &proxy, "proxied.toml", &[]);
+    // Instance 1 ("a") serves its metrics, which count the attempt it loses.
+    let (listen, port) = common::scrape::listen_for_instance_1();
+    let config = config_through(&db, &proxy, "proxied.toml", &[("listen = \"\"", &listen)]);
     let direct = db.config("concurrency = 2", "");
 
     // Instance a claims the job through the proxy; its run fails after 3 s.
-    let a = Worker::start(&config, "a");
-    let id = db.insert("q", &["fail-on:a:3"]).await[0];
-    db.wait_count(&format!("id = {id} AND worker LIKE '%:a'"), 1, 20)
+    let a = Worker::start(&config, "1");
+    let id = db.insert("q", &["fail-on:1:3"]).await[0];
+    db.wait_count(&format!("id = {id} AND worker LIKE '%:1'"), 1, 20)
         .await;
     let b = Worker::start(&direct, "b");
 
@@ -169,6 +171,16 @@ async fn a_claim_reaped_while_the_database_was_away_keeps_the_new_owners_outcome
     assert!(worker.unwrap().ends_with(":b"));
     assert_eq!(db.count(&format!("id = {id} AND status = 'done'")).await, 1);
     assert!(b.log_text().contains("reaper: stale claim put back"));
+    // Counted as lost once the write found the claim gone, not as the retry its handler
+    // asked for.
+    let finished = |outcome: &str| {
+        common::scrape::metric(
+            port,
+            &format!(r#"myjob_jobs_finished_total{{queue="q",outcome="{outcome}"}}"#),
+        )
+    };
+    assert_eq!(finished("lost"), Some(1.0));
+    assert_eq!(finished("retried"), Some(0.0));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,21 +4,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::scrape::{free_port, get, sample};
 use common::{TestDb, Worker};
 use mysql_async::prelude::*;
-
-/// A free port of 127.0.0.1 at the time of asking.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The test's config with the endpoint on, instance 1 on `port`.
 fn with_metrics(db: &TestDb, port: u16, name: &str) -> std::path::PathBuf {
@@ -28,30 +18,6 @@ fn with_metrics(db: &TestDb, port: u16, name: &str) -> std::path::PathBuf {
     let listen = format!("listen = \"127.0.0.1:{}\"", port - 1);
     std::fs::write(&path, text.replace("listen = \"\"", &listen)).unwrap();
     path
-}
-
-/// One HTTP/1.1 request; returns the status code, the headers and the body.
-fn get(port: u16, path: &str, accept: Option<&str>) -> (u16, String, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, head.to_owned(), body.to_owned())
-}
-
-/// The value of the sample `name` (with its labels, as written) in a scrape's text.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.split(' ').next()?.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -262,11 +262,14 @@ impl Consumer {
         );
         self.slots.fence();
         for r in ahead {
-            self.outbox.push(Completion {
-                job_id: r.job.id,
-                batch_id: r.batch_id,
-                outcome: Outcome::Release,
-            });
+            self.outbox.push(
+                Completion {
+                    job_id: r.job.id,
+                    batch_id: r.batch_id,
+                    outcome: Outcome::Release,
+                },
+                None,
+            );
         }
     }
 
@@ -372,11 +375,14 @@ impl Consumer {
     fn release_prefetched(&mut self, why: &str) {
         for r in self.prefetch.take_all() {
             info!(job_id = r.job.id, "{why}");
-            self.outbox.push(Completion {
-                job_id: r.job.id,
-                batch_id: r.batch_id,
-                outcome: Outcome::Release,
-            });
+            self.outbox.push(
+                Completion {
+                    job_id: r.job.id,
+                    batch_id: r.batch_id,
+                    outcome: Outcome::Release,
+                },
+                None,
+            );
         }
     }
 
@@ -605,11 +611,14 @@ impl Consumer {
             // started all the same goes back at once rather than sit claimed.
             let Some(queue) = settings.queue(&job.queue).cloned() else {
                 warn!(job_id = job.id, queue = %job.queue, "job released: claimed for a queue this instance does not serve");
-                self.outbox.push(Completion {
-                    job_id: job.id,
-                    batch_id,
-                    outcome: Outcome::Release,
-                });
+                self.outbox.push(
+                    Completion {
+                        job_id: job.id,
+                        batch_id,
+                        outcome: Outcome::Release,
+                    },
+                    None,
+                );
                 continue;
             };
             if self.quarantine == Some(batch_id) {
@@ -766,15 +775,17 @@ impl Consumer {
         };
         self.stats.running.store(self.slots.len(), Relaxed);
         let (job_id, attempt) = (f.completion.job_id, f.attempt);
+        // Counted by outcome once written (see `Outbox`): a fenced write that matches no row
+        // is a lost attempt, whatever its handler said.
         let ended = match &f.completion.outcome {
-            _ if lost => metrics::Outcome::Lost,
             Outcome::Done => metrics::Outcome::Done,
             Outcome::Retry { .. } => metrics::Outcome::Retried,
             Outcome::Fail { .. } => metrics::Outcome::Failed,
             Outcome::Release => metrics::Outcome::Released,
             Outcome::Cancelled => metrics::Outcome::Cancelled,
         };
-        self.metrics.queue(&f.queue).finished(ended, f.ran_for);
+        let queue = self.metrics.queue(&f.queue);
+        queue.ran(f.ran_for);
         self.metrics.busy.set(self.slots.len() as i64);
         match &f.completion.outcome {
             _ if lost => info!(
@@ -799,7 +810,7 @@ impl Consumer {
             ),
             Outcome::Cancelled => info!(job_id, attempt, "job cancelled: its handler was stopped"),
         }
-        self.outbox.push(f.completion);
+        self.outbox.push(f.completion, Some((queue, ended)));
     }
 
     /// Writes the outbox; on an error the outcomes stay for the next write.
@@ -844,7 +855,7 @@ impl Consumer {
                     .await
                     .map_err(|e| anyhow::anyhow!(db::describe(&e)))
             };
-            if let Err(e) = self.metrics.within(Op::Outcomes, limit, rollback).await {
+            if let Err(e) = self.metrics.within(Op::Rollback, limit, rollback).await {
                 self.link.lost(&e);
                 return;
             }

@@ -3,6 +3,7 @@
 //! and kept when the database is away or the write lost a race.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::*;
@@ -12,7 +13,12 @@ use tracing::{debug, error, warn};
 
 use crate::db::{self, Failure};
 use crate::error::chain;
+use crate::metrics::{self, QueueMetrics};
 use crate::store::jobs::{self, Completion, Outcome, Unwritten};
+
+/// Where an attempt's outcome is counted once it is written: its queue's metrics, and the
+/// outcome its handler gave. None for a job given back before it started.
+pub type Tally = Option<(Arc<QueueMetrics>, metrics::Outcome)>;
 
 /// The longest an outcome waits for others to share its write.
 pub const WRITE_AFTER: Duration = Duration::from_millis(10);
@@ -20,6 +26,8 @@ pub const WRITE_AFTER: Duration = Duration::from_millis(10);
 #[derive(Default)]
 pub struct Outbox {
     held: Vec<Completion>,
+    /// Each held outcome's tally, in the same order.
+    tallies: Vec<Tally>,
     /// When the oldest held outcome came in.
     since: Option<Instant>,
     /// Not before then: the last write lost a race (see [`Outbox::lost_race`]).
@@ -27,9 +35,10 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    pub fn push(&mut self, c: Completion) {
+    pub fn push(&mut self, c: Completion, tally: Tally) {
         self.since.get_or_insert_with(Instant::now);
         self.held.push(c);
+        self.tallies.push(tally);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -93,6 +102,9 @@ impl Outbox {
             Err(e) => return Err(e),
         };
         report(&unwritten);
+        for (c, t) in self.held.iter().zip(std::mem::take(&mut self.tallies)) {
+            count(c, t, &unwritten);
+        }
         self.held.clear();
         self.since = None;
         self.not_before = None;
@@ -103,14 +115,27 @@ impl Outbox {
     /// that is refused, it is logged and dropped, and the job stays claimed by this instance
     /// until it stops (the reaper then puts it back).
     async fn write_one_by_one(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
-        let mut left: VecDeque<Completion> = std::mem::take(&mut self.held).into();
+        let mut left: VecDeque<(Completion, Tally)> = std::mem::take(&mut self.held)
+            .into_iter()
+            .zip(std::mem::take(&mut self.tallies))
+            .collect();
         self.since = None;
-        while let Some(c) = left.pop_front() {
+        while let Some((c, t)) = left.pop_front() {
             match write_or_fail(conn, &c).await {
-                Ok(unwritten) => report(&unwritten),
+                Ok((unwritten, failed)) => {
+                    report(&unwritten);
+                    let t = match (t, failed) {
+                        (Some((q, _)), true) => Some((q, metrics::Outcome::Failed)),
+                        (t, _) => t,
+                    };
+                    count(&c, t, &unwritten);
+                }
                 Err(e) => {
-                    left.push_front(c);
-                    self.held.extend(left);
+                    left.push_front((c, t));
+                    for (c, t) in left {
+                        self.held.push(c);
+                        self.tallies.push(t);
+                    }
                     self.since = Some(Instant::now());
                     return Err(e);
                 }
@@ -121,11 +146,13 @@ impl Outbox {
     }
 }
 
-/// Writes one outcome; if the server refuses it, fails the job with the server's message.
-async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<Unwritten> {
+/// Writes one outcome; if the server refuses it, fails the job with the server's message
+/// (then says so: true). An outcome dropped because every write about the job is refused
+/// reads as lost.
+async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<(Unwritten, bool)> {
     let e = match jobs::write_outcomes(conn, std::slice::from_ref(c)).await {
         Err(e) if db::classify(&e) == Failure::Refused => e,
-        other => return other,
+        other => return other.map(|u| (u, false)),
     };
     let reason = chain(&*e);
     error!(
@@ -145,9 +172,28 @@ async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<Unwrit
                 "job outcome dropped: the server refuses every write about it ({})",
                 chain(&*e)
             );
-            Ok(Unwritten::default())
+            Ok((
+                Unwritten {
+                    lost: vec![c.job_id],
+                    ..Unwritten::default()
+                },
+                false,
+            ))
         }
-        other => other,
+        other => other.map(|u| (u, true)),
+    }
+}
+
+/// Counts a written outcome: as its handler gave it, or `lost` when the fenced write matched
+/// no row (the claim was put back and is someone else's now).
+fn count(c: &Completion, tally: Tally, unwritten: &Unwritten) {
+    let Some((queue, outcome)) = tally else {
+        return;
+    };
+    if unwritten.lost.contains(&c.job_id) {
+        queue.ended(metrics::Outcome::Lost);
+    } else {
+        queue.ended(outcome);
     }
 }
 
@@ -184,13 +230,13 @@ mod tests {
         let mut o = Outbox::default();
         assert!(!o.due(now, 4, true), "nothing to write");
         assert_eq!(o.deadline(), None);
-        o.push(done(1));
+        o.push(done(1), None);
         let t = o.deadline().unwrap();
         assert!(!o.due(now, 4, false));
         assert!(o.due(now, 4, true), "nothing else runs");
         assert!(o.due(t, 4, false), "the first has waited long enough");
         for id in 2..=4 {
-            o.push(done(id));
+            o.push(done(id), None);
         }
         assert!(o.due(now, 4, false), "a batch's worth");
         assert_eq!(o.batches().collect::<Vec<_>>(), [1, 1, 1, 1]);
@@ -199,7 +245,7 @@ mod tests {
     #[test]
     fn waits_a_short_pause_after_a_lost_race() {
         let mut o = Outbox::default();
-        o.push(done(1));
+        o.push(done(1), None);
         o.lost_race();
         let now = Instant::now();
         assert!(!o.due(now, 1, true), "not during the pause");

@@ -6,6 +6,7 @@ pub mod haproxy;
 pub mod hosts;
 pub mod proxy;
 pub mod replicas;
+pub mod scrape;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
