@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{edited, TestDb, Worker};
@@ -445,6 +445,7 @@ async fn a_cancelled_job_stops_its_process_which_is_replaced() {
 async fn a_process_is_recycled_after_max_jobs_per_process() {
     let db = TestDb::new("persist_recycle").await;
     let config = config(&db, "ready", "concurrency = 1", "max_jobs_per_process = 3");
+    let port = metrics_on(&config);
     let payloads: Vec<String> = (0..7).map(|i| format!("job {i}")).collect();
     let ids = db
         .insert(
@@ -470,12 +471,31 @@ async fn a_process_is_recycled_after_max_jobs_per_process() {
     assert!(w
         .log_text()
         .contains("handler process recycled: max_jobs_per_process reached"));
+    // The metrics say it too: two exits recycled, the third process idle.
+    let metric = |name: &str| common::scrape::metric(port, name);
+    assert_eq!(
+        metric(r#"myjob_persistent_process_exits_total{queue="p",reason="recycled"}"#),
+        Some(2.0)
+    );
+    wait_for("the process gauges to show the idle one", 10, || {
+        metric(r#"myjob_persistent_processes{queue="p",state="idle"}"#) == Some(1.0)
+            && metric(r#"myjob_persistent_processes{queue="p",state="busy"}"#) == Some(0.0)
+    })
+    .await;
+}
+
+/// Turns the metrics on for instance 1 in `config`; returns the port.
+fn metrics_on(config: &Path) -> u16 {
+    let (listen, port) = common::scrape::listen_for_instance_1();
+    common::edited(config, config, &[("listen = \"\"", &listen)]);
+    port
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_process_is_stopped_after_idle_timeout_and_started_on_demand() {
     let db = TestDb::new("persist_idle").await;
     let config = config(&db, "ready", "", "idle_timeout = \"1s\"");
+    let port = metrics_on(&config);
     let first = db.insert("p", &["one"]).await[0];
     let w = Worker::start(&config, "1");
     db.wait_count("status = 'done'", 1, 30).await;
@@ -488,6 +508,13 @@ async fn an_idle_process_is_stopped_after_idle_timeout_and_started_on_demand() {
     assert!(w
         .log_text()
         .contains("handler process stopped: idle for 1s"));
+    assert_eq!(
+        common::scrape::metric(
+            port,
+            r#"myjob_persistent_process_exits_total{queue="p",reason="idle"}"#
+        ),
+        Some(1.0)
+    );
     let second = db.insert("p", &["two"]).await[0];
     db.wait_count("status = 'done'", 2, 30).await;
     assert_ne!(pid_of(&db, second), pid);

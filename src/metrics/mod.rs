@@ -35,7 +35,8 @@ pub enum Outcome {
     Cancelled,
     /// Given back without using up the attempt.
     Released,
-    /// Its claim was gone at a reconnect: another worker's now, and the handler was stopped.
+    /// Its outcome matched no row when written: the claim had been put back (a reaper, while
+    /// this instance was away) and is another worker's now.
     Lost,
 }
 
@@ -72,6 +73,8 @@ pub enum Op {
     ReadBatch,
     /// Writing outcomes.
     Outcomes,
+    /// The rollback after a write that failed and kept its connection.
+    Rollback,
     /// The check for cancelled claims.
     Cancelled,
     /// The server's heartbeat row.
@@ -87,11 +90,12 @@ pub enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 10] = [
+    const ALL: [Op; 11] = [
         Op::Probe,
         Op::Claim,
         Op::ReadBatch,
         Op::Outcomes,
+        Op::Rollback,
         Op::Cancelled,
         Op::Heartbeat,
         Op::Adopt,
@@ -106,6 +110,7 @@ impl Op {
             Op::Claim => "claim",
             Op::ReadBatch => "read_batch",
             Op::Outcomes => "outcomes",
+            Op::Rollback => "rollback",
             Op::Cancelled => "cancelled",
             Op::Heartbeat => "heartbeat",
             Op::Adopt => "adopt",
@@ -259,11 +264,15 @@ impl QueueMetrics {
         self.wait.observe(waited.as_secs_f64());
     }
 
-    /// An attempt ended with `outcome` after its handler ran for `ran_for`.
-    pub fn finished(&self, outcome: Outcome, ran_for: Duration) {
+    /// An attempt's handler ran for `ran_for`.
+    pub fn ran(&self, ran_for: Duration) {
+        self.duration.observe(ran_for.as_secs_f64());
+    }
+
+    /// An attempt's outcome was written (or found to be someone else's: [`Outcome::Lost`]).
+    pub fn ended(&self, outcome: Outcome) {
         let i = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
         self.finished[i].inc();
-        self.duration.observe(ran_for.as_secs_f64());
     }
 
     /// A claim statement ran; `got` says whether it got jobs.
@@ -296,7 +305,8 @@ pub struct Metrics {
     processes: Family<ProcessLabels, Gauge>,
     exits: Family<ExitLabels, Counter>,
     rescued: Family<OutcomeLabel, Counter>,
-    statements: Family<OpLabel, Histogram>,
+    /// Each op's histogram, in [`Op::ALL`]'s order: found without a label set.
+    statements: Vec<Histogram>,
     errors: Family<ErrorLabels, Counter>,
     pub slots: Gauge,
     pub busy: Gauge,
@@ -325,9 +335,9 @@ impl Metrics {
         let finished = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "jobs_finished",
-            "Attempts ended, by outcome: done, retried, failed, cancelled, released (given back \
-             without using up the attempt), lost (its claim was gone at a reconnect: another worker's \
-             now, and the handler was stopped)",
+            "Attempts ended, by outcome, counted once written: done, retried, failed, cancelled, \
+             released (given back without using up the attempt), lost (the write matched no row: \
+             the claim had been put back while this instance was away, and is another worker's)",
             finished.clone(),
         );
         let duration = Family::<QueueLabel, Histogram>::new_with_constructor(|| {
@@ -385,6 +395,16 @@ impl Metrics {
             Unit::Seconds,
             statements.clone(),
         );
+        let statements = Op::ALL
+            .iter()
+            .map(|op| {
+                statements
+                    .get_or_create(&OpLabel {
+                        op: op.label().to_owned(),
+                    })
+                    .clone()
+            })
+            .collect();
         let errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "db_errors",
@@ -480,11 +500,6 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             });
         }
-        for op in Op::ALL {
-            let _ = metrics.statements.get_or_create(&OpLabel {
-                op: op.label().to_owned(),
-            });
-        }
         metrics
     }
 
@@ -561,6 +576,16 @@ impl Metrics {
             .unwrap_or_else(|| unreachable!("queue {name} was just added"))
     }
 
+    /// Every queue with series, and its handles.
+    pub fn queues(&self) -> Vec<(String, Arc<QueueMetrics>)> {
+        self.queues
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(n, q)| (n.clone(), q.clone()))
+            .collect()
+    }
+
     /// The reaper put a dead worker's claim back (`failed` false) or failed its job.
     pub fn rescued(&self, failed: bool) {
         let outcome = if failed { "failed" } else { "requeued" };
@@ -573,11 +598,10 @@ impl Metrics {
 
     /// A statement (or a pass of several) of kind `op` took `took`, and failed with `error`.
     pub fn statement(&self, op: Op, took: Duration, error: Option<&anyhow::Error>) {
-        self.statements
-            .get_or_create(&OpLabel {
-                op: op.label().to_owned(),
-            })
-            .observe(took.as_secs_f64());
+        let i = Op::ALL.iter().position(|o| *o == op).unwrap_or(0);
+        if let Some(h) = self.statements.get(i) {
+            h.observe(took.as_secs_f64());
+        }
         if let Some(e) = error {
             self.errors
                 .get_or_create(&ErrorLabels {

@@ -32,6 +32,7 @@ use crate::config::DatabaseSettings;
 use crate::db::{self, NamedLock};
 use crate::error::chain;
 use crate::store::jobs::admin::{self, QueueStats};
+use crate::store::queues;
 
 /// How long one reading of the database serves scrapes: several Prometheus servers (or one
 /// with a short interval) cost the database one count per this.
@@ -52,11 +53,28 @@ const OTHER: &str = "(other)";
 /// that retention deletes, and counting them would walk the whole table).
 const STATES: [&str; 5] = ["pending", "suspect", "scheduled", "claimed", "failed"];
 /// The families only the leader serves, as a scrape names them.
-pub const FAMILIES: [&str; 2] = ["myjob_queue_jobs", "myjob_queue_oldest_due_age_seconds"];
+pub const FAMILIES: [&str; 3] = [
+    "myjob_queue_jobs",
+    "myjob_queue_oldest_due_age_seconds",
+    "myjob_queue_paused",
+];
 
-/// What the last reading found: per queue, the count of each of [`STATES`] and the oldest
-/// due job's age in seconds.
-type Reading = BTreeMap<String, ([u64; 5], u64)>;
+/// What the last reading found, per queue.
+#[derive(Debug, Default, Clone, Copy)]
+struct Depth {
+    /// The count of each of [`STATES`].
+    counts: [u64; 5],
+    /// The oldest due job's age in seconds.
+    age: u64,
+    paused: bool,
+}
+
+/// The queues' depths, and whether the paused queues could be read.
+#[derive(Debug, Default)]
+struct Reading {
+    queues: BTreeMap<String, Depth>,
+    pauses_read: bool,
+}
 
 /// The leader's connection and whether it holds the lock.
 #[derive(Default)]
@@ -158,36 +176,49 @@ impl QueueGauges {
 
     /// The database's counts by queue: the config's queues (at 0 when empty) and the
     /// table's, by name whichever instance leads, up to [`MAX_QUEUES`]; the rest as [`OTHER`].
-    fn reading(&self, stats: BTreeMap<String, QueueStats>) -> Reading {
+    fn reading(&self, (stats, paused): Counted) -> Reading {
         let names = self.names.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut reading: Reading = names.iter().map(|n| (n.clone(), ([0; 5], 0))).collect();
+        let mut queues: BTreeMap<String, Depth> = names
+            .iter()
+            .map(|n| (n.clone(), Depth::default()))
+            .collect();
         for (name, q) in stats {
-            let key = if reading.contains_key(&name) || reading.len() < MAX_QUEUES {
+            let key = if queues.contains_key(&name) || queues.len() < MAX_QUEUES {
                 name
             } else {
                 OTHER.to_owned()
             };
-            let (counts, age) = reading.entry(key).or_insert(([0; 5], 0));
+            let d = queues.entry(key).or_default();
             for (c, n) in
-                counts
+                d.counts
                     .iter_mut()
                     .zip([q.pending, q.suspect, q.scheduled, q.claimed, q.failed])
             {
                 *c += n;
             }
-            *age = (*age).max(q.oldest_pending_age_s);
+            d.age = d.age.max(q.oldest_pending_age_s);
         }
-        reading
+        let pauses_read = paused.is_some();
+        for name in paused.unwrap_or_default() {
+            if let Some(d) = queues.get_mut(&name) {
+                d.paused = true;
+            }
+        }
+        Reading {
+            queues,
+            pauses_read,
+        }
     }
 }
+
+/// A reading's counts by queue, and the paused queues (None when the account may not read
+/// them).
+type Counted = (BTreeMap<String, QueueStats>, Option<Vec<String>>);
 
 impl Reader {
     /// One reading, or None when another instance leads. A connection that broke since the
     /// last reading (a server's wait_timeout, a KILL, a restart) is replaced at once, once.
-    async fn read(
-        &mut self,
-        db: &DatabaseSettings,
-    ) -> anyhow::Result<Option<BTreeMap<String, QueueStats>>> {
+    async fn read(&mut self, db: &DatabaseSettings) -> anyhow::Result<Option<Counted>> {
         let had = self.conn.is_some();
         match self.read_once(db).await {
             Err(e) if had && db::classify(&e) == db::Failure::Connection => {
@@ -201,10 +232,7 @@ impl Reader {
         }
     }
 
-    async fn read_once(
-        &mut self,
-        db: &DatabaseSettings,
-    ) -> anyhow::Result<Option<BTreeMap<String, QueueStats>>> {
+    async fn read_once(&mut self, db: &DatabaseSettings) -> anyhow::Result<Option<Counted>> {
         if self.conn.is_none() {
             let mut conn = db::connect(db).await?;
             // A leader nobody scrapes any more, or one cut off, lets the lock go once the
@@ -240,7 +268,11 @@ impl Reader {
                 NamedLock::Held | NamedLock::Unsupported => self.leading = true,
             }
         }
-        Ok(Some(admin::stats(conn, false).await?))
+        let stats = admin::stats(conn, false).await?;
+        // The pauses are the operator's (`myjob pause`): an alert on a paused queue's backlog
+        // is noise. An account that may not read them gets the depths all the same.
+        let paused = queues::paused(conn).await.ok();
+        Ok(Some((stats, paused)))
     }
 }
 
@@ -262,10 +294,10 @@ impl Collector for Shown {
             None,
             MetricType::Gauge,
         )?;
-        for (queue, (counts, _)) in reading {
-            for (state, n) in STATES.iter().zip(counts) {
+        for (queue, d) in &reading.queues {
+            for (state, n) in STATES.iter().zip(d.counts) {
                 let labels = [("queue", queue.as_str()), ("state", *state)];
-                ConstGauge::new(*n as i64).encode(family.encode_family(&labels)?)?;
+                ConstGauge::new(n as i64).encode(family.encode_family(&labels)?)?;
             }
         }
         let mut family = encoder.encode_descriptor(
@@ -276,9 +308,22 @@ impl Collector for Shown {
             Some(&Unit::Seconds),
             MetricType::Gauge,
         )?;
-        for (queue, (_, age)) in reading {
+        for (queue, d) in &reading.queues {
             let labels = [("queue", queue.as_str())];
-            ConstGauge::new(*age as i64).encode(family.encode_family(&labels)?)?;
+            ConstGauge::new(d.age as i64).encode(family.encode_family(&labels)?)?;
+        }
+        if reading.pauses_read {
+            let mut family = encoder.encode_descriptor(
+                "queue_paused",
+                "1 while an operator has paused the queue (myjob pause); served by one \
+                 instance only (myjob_queue_gauges_leader).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (queue, d) in &reading.queues {
+                let labels = [("queue", queue.as_str())];
+                ConstGauge::new(i64::from(d.paused)).encode(family.encode_family(&labels)?)?;
+            }
         }
         Ok(())
     }

@@ -20,6 +20,8 @@ use super::Metrics;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The most a scrape waits for the queue gauges' reading.
+const GAUGES_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Binds the endpoint's address. At start, so that a port in use is an error before READY=1.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -48,11 +50,14 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: Cance
                     // The leader's queue gauges are read from the database before the scrape
                     // is encoded (cached: see `queues`).
                     // In a task of its own: a scraper that hangs up mid-reading must not
-                    // leave the leader's connection in the middle of a statement.
+                    // leave the leader's connection in the middle of a statement. A slow
+                    // reading (a database away) is not waited for past GAUGES_WAIT: the
+                    // scrape gets the last one, and the instance's own figures in time.
                     if req.uri().path() == "/metrics" && req.method() == Method::GET {
                         if let Some(g) = metrics.queue_gauges.clone() {
                             let m = metrics.clone();
-                            let _ = tokio::spawn(async move { g.refresh(&m).await }).await;
+                            let reading = tokio::spawn(async move { g.refresh(&m).await });
+                            let _ = tokio::time::timeout(GAUGES_WAIT, reading).await;
                         }
                     }
                     Ok::<_, Infallible>(answer(&metrics, &req))

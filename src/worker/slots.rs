@@ -62,12 +62,17 @@ pub struct Slots {
     pool: Pool,
     /// Persistent processes counted by state, and their exits.
     metrics: Arc<Metrics>,
+    /// When the process gauges were last set.
+    gauges_at: Option<tokio::time::Instant>,
     /// The drain has begun: processes that answer their job leave instead of idling.
     stopping: bool,
     kill_grace: Duration,
     /// Fired when a shutdown runs out of time: kills every handler still running.
     abort: CancellationToken,
 }
+
+/// How often the persistent process gauges are set.
+const PROCESS_GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 impl Slots {
     pub fn new(instance: &str, metrics: Arc<Metrics>) -> Self {
@@ -78,6 +83,7 @@ impl Slots {
             running: HashMap::new(),
             pool: Pool::new(abort.clone(), metrics.clone()),
             metrics,
+            gauges_at: None,
             stopping: false,
             kill_grace: Duration::from_secs(5),
             abort,
@@ -235,16 +241,27 @@ impl Slots {
     /// Idle persistent processes: see [`Pool::sweep`].
     pub fn sweep(&mut self, settings: &Settings) {
         self.pool.sweep(settings, self.busy_processes());
-        // The process gauges, once per turn: a few processes, a few queues.
-        let idle = self.pool.idle_by_queue();
-        for q in settings.queues.iter().filter(|q| q.persistent.is_some()) {
-            let busy = self
+        // The process gauges, once a second rather than each turn (a scrape is seldom more
+        // often): every queue the metrics know, so that one a reload removed or made per-job
+        // drops to 0.
+        if self
+            .gauges_at
+            .is_none_or(|t| t.elapsed() >= PROCESS_GAUGES_EVERY)
+        {
+            self.gauges_at = Some(tokio::time::Instant::now());
+            let idle = self.pool.idle_by_queue();
+            let mut busy: HashMap<&str, usize> = HashMap::new();
+            for r in self
                 .running
                 .values()
-                .filter(|r| r.queue.name == q.name)
-                .count();
-            let m = self.metrics.queue(&q.name);
-            m.processes(idle.get(q.name.as_str()).copied().unwrap_or(0), busy);
+                .filter(|r| r.queue.persistent.is_some())
+            {
+                *busy.entry(r.queue.name.as_str()).or_default() += 1;
+            }
+            for (name, m) in self.metrics.queues() {
+                let of = |n: &HashMap<&str, usize>| n.get(name.as_str()).copied().unwrap_or(0);
+                m.processes(of(&idle), of(&busy));
+            }
         }
     }
 
