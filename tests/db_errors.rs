@@ -1,6 +1,7 @@
 //! Database errors by kind, with a real server: a statement that loses a race (a deadlock, or
 //! a lock wait timeout, handled as a Galera certification conflict is) is tried again on the
-//! same connection, and an outcome the server refuses fails only its own job.
+//! same connection, an outcome the server refuses fails only its own job, and outcomes written
+//! one by one that a write cut short leaves unwritten stay held.
 
 mod common;
 
@@ -152,4 +153,83 @@ async fn a_deadlock_is_tried_again_on_the_same_connection() {
     assert!(log.contains("trying again on the same connection"), "{log}");
     assert!(!log.contains("reconnecting"), "{log}");
     assert_eq!(log.matches("consumer: connected").count(), 1, "{log}");
+}
+
+/// An outcome written one by one (the server refused the batch it was in) whose write gets no
+/// answer in time: the connection is dropped, and the outcomes not written yet stay held, to
+/// be written after the reconnect. Dropped, their jobs would stay claimed by a connection that
+/// is gone, and the reaper would hand them out again: finished jobs run twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outcome_write_cut_short_one_by_one_is_kept_and_written_after_the_reconnect() {
+    let db = TestDb::new("one_by_one_cut").await;
+    let proxy = common::proxy::Proxy::new();
+    proxy.up().await;
+    // Statements get 1 s + 5 s before the connection counts as in doubt.
+    let base = db.config_with_lock_wait("concurrency = 2", "1s");
+    let config = db.path("proxied.toml");
+    let url_line = format!("url = \"{}\"", db.url);
+    let proxied = format!("url = \"{}\"", proxy.url(&db));
+    common::edited(&base, &config, &[(&url_line, &proxied)]);
+
+    let ids = db.insert("q", &["slow-if-flag", "slow-if-flag"]).await;
+    let (refused, stalled) = (ids[0], ids[1]);
+    // The user's trigger refuses the first job's `done`; the second's stalls past the
+    // statement limit, then fails, while the test holds a named lock.
+    let armed = format!("{}.armed", db.name);
+    let mut test = db.conn().await;
+    let held: Option<i64> = test
+        .exec_first("SELECT GET_LOCK(?, 0)", (&armed,))
+        .await
+        .unwrap();
+    assert_eq!(held, Some(1));
+    test.query_drop(format!(
+        "CREATE TRIGGER cut_short BEFORE UPDATE ON myjob_jobs FOR EACH ROW \
+         BEGIN \
+           IF NEW.status = 'done' AND NEW.id = {refused} THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by a trigger'; \
+           END IF; \
+           IF NEW.status = 'done' AND NEW.id = {stalled} AND IS_USED_LOCK('{armed}') IS NOT NULL THEN \
+             DO SLEEP(9); \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'stalled by a trigger'; \
+           END IF; \
+         END"
+    ))
+    .await
+    .unwrap();
+
+    // Both run until the flag goes; their outcomes are held while the database is away, then
+    // written together: refused, so one by one.
+    let flag = db.path("slow");
+    std::fs::write(&flag, "").unwrap();
+    let worker = Worker::start(&config, "1");
+    db.wait_count("status = 'claimed'", 2, 20).await;
+    while db.runs().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.down();
+    std::fs::remove_file(&flag).unwrap();
+    worker
+        .wait_log(&format!("job done job_id={stalled}"), 20)
+        .await;
+    proxy.up().await;
+    worker.wait_log("writing them one by one", 30).await;
+    worker
+        .wait_log("no answer from the database within", 30)
+        .await;
+    test.exec_drop("DO RELEASE_LOCK(?)", (&armed,))
+        .await
+        .unwrap();
+
+    db.wait_count(&format!("id = {stalled} AND status = 'done'"), 1, 60)
+        .await;
+    db.wait_count(&format!("id = {refused} AND status = 'failed'"), 1, 30)
+        .await;
+    let runs = db.runs();
+    let of_stalled = runs.iter().filter(|r| r.0 == stalled).count();
+    assert_eq!(of_stalled, 1, "the finished job ran again: {runs:?}");
+    assert!(
+        !worker.log_text().contains("reaper: stale claim put back"),
+        "{}",
+        worker.log_text()
+    );
 }

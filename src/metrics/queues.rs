@@ -37,8 +37,9 @@ use crate::store::queues;
 /// How long one reading of the database serves scrapes: several Prometheus servers (or one
 /// with a short interval) cost the database one count per this.
 pub const CACHE: Duration = Duration::from_secs(5);
-/// The most a reading may take; past it the scrape answers without the gauges, and the
-/// server stops the statement.
+/// The most a reading may take; past it the reading is given up (the gauges are left out
+/// until the next one) and the server stops the statement. A scrape waits for less (see
+/// `server`), and meanwhile gets the reading before.
 const READ_LIMIT: Duration = Duration::from_secs(5);
 /// The leader's session ends (and its lock with it) when unused for this long: a leader
 /// that nobody scrapes any more, or that is cut off, hands over within it.
@@ -271,7 +272,13 @@ impl Reader {
         let stats = admin::stats(conn, false).await?;
         // The pauses are the operator's (`myjob pause`): an alert on a paused queue's backlog
         // is noise. An account that may not read them gets the depths all the same.
-        let paused = queues::paused(conn).await.ok();
+        let paused = match queues::paused(conn).await {
+            Ok(paused) => Some(paused),
+            Err(e) => {
+                debug!("metrics: reading the paused queues: {}", chain(&*e));
+                None
+            }
+        };
         Ok(Some((stats, paused)))
     }
 }

@@ -2,7 +2,6 @@
 //! (an fsync on the server), so outcomes are written together rather than one per handler,
 //! and kept when the database is away or the write lost a race.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,7 +101,7 @@ impl Outbox {
             Err(e) => return Err(e),
         };
         report(&unwritten);
-        for (c, t) in self.held.iter().zip(std::mem::take(&mut self.tallies)) {
+        for (c, t) in self.held.iter().zip(self.tallies.drain(..)) {
             count(c, t, &unwritten);
         }
         self.held.clear();
@@ -113,34 +112,29 @@ impl Outbox {
 
     /// A refused outcome becomes a failure of its job with the server's message; if even
     /// that is refused, it is logged and dropped, and the job stays claimed by this instance
-    /// until it stops (the reaper then puts it back).
+    /// until it stops (the reaper then puts it back). Each outcome leaves the outbox only once
+    /// written: a write cut short (no answer in time drops this future) keeps the rest held,
+    /// their batches re-owned at the reconnect, rather than lose them and leave their jobs
+    /// claimed for the reaper to hand out again, finished though they are.
     async fn write_one_by_one(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
-        let mut left: VecDeque<(Completion, Tally)> = std::mem::take(&mut self.held)
-            .into_iter()
-            .zip(std::mem::take(&mut self.tallies))
-            .collect();
-        self.since = None;
-        while let Some((c, t)) = left.pop_front() {
-            match write_or_fail(conn, &c).await {
+        while let Some(c) = self.held.first() {
+            match write_or_fail(conn, c).await {
                 Ok((unwritten, failed)) => {
                     report(&unwritten);
-                    let t = match (t, failed) {
+                    let c = self.held.remove(0);
+                    let t = match (self.tallies.remove(0), failed) {
                         (Some((q, _)), true) => Some((q, metrics::Outcome::Failed)),
                         (t, _) => t,
                     };
                     count(&c, t, &unwritten);
                 }
                 Err(e) => {
-                    left.push_front((c, t));
-                    for (c, t) in left {
-                        self.held.push(c);
-                        self.tallies.push(t);
-                    }
                     self.since = Some(Instant::now());
                     return Err(e);
                 }
             }
         }
+        self.since = None;
         self.not_before = None;
         Ok(())
     }
@@ -174,7 +168,7 @@ async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<(Unwri
             );
             Ok((
                 Unwritten {
-                    lost: vec![c.job_id],
+                    lost: vec![(c.job_id, c.batch_id)],
                     ..Unwritten::default()
                 },
                 false,
@@ -190,7 +184,7 @@ fn count(c: &Completion, tally: Tally, unwritten: &Unwritten) {
     let Some((queue, outcome)) = tally else {
         return;
     };
-    if unwritten.lost.contains(&c.job_id) {
+    if unwritten.lost.contains(&(c.job_id, c.batch_id)) {
         queue.ended(metrics::Outcome::Lost);
     } else {
         queue.ended(outcome);
@@ -198,7 +192,7 @@ fn count(c: &Completion, tally: Tally, unwritten: &Unwritten) {
 }
 
 fn report(unwritten: &Unwritten) {
-    for &job_id in &unwritten.lost {
+    for &(job_id, _) in &unwritten.lost {
         warn!(
             job_id,
             "job outcome not written: its claim was reaped and the job was put back meanwhile"

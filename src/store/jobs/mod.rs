@@ -391,8 +391,9 @@ struct Statement {
 /// under its batch.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Unwritten {
-    /// The claim was reaped and the job put back meanwhile: it is someone else's now.
-    pub lost: Vec<u64>,
+    /// The claim was reaped and the job put back meanwhile: it is someone else's now. As
+    /// `(job id, batch_id)`: the same job may be this instance's again, under a new batch.
+    pub lost: Vec<(u64, u64)>,
     /// The handler finished the job itself, in its own transaction, under the same batch (the
     /// exactly-once recipe): nothing left to write.
     pub finished: Vec<u64>,
@@ -505,7 +506,7 @@ pub async fn write_outcomes(
         for id in st.ids {
             match finished.contains(&id) {
                 true => unwritten.finished.push(id),
-                false => unwritten.lost.push(id),
+                false => unwritten.lost.push((id, st.batch_id)),
             }
         }
     }
