@@ -23,7 +23,7 @@ use crate::db::{self, Failure};
 use crate::error::chain;
 use crate::metrics::{self, Metrics, Op};
 use crate::stats::Stats;
-use crate::store::jobs::{self, Claimer, Completion, Outcome};
+use crate::store::jobs::{self, Claimer, Outcome};
 use crate::store::servers;
 use crate::worker::link::{Fresh, Link};
 use crate::worker::name::WorkerName;
@@ -262,14 +262,7 @@ impl Consumer {
         );
         self.slots.fence();
         for r in ahead {
-            self.outbox.push(
-                Completion {
-                    job_id: r.job.id,
-                    batch_id: r.batch_id,
-                    outcome: Outcome::Release,
-                },
-                None,
-            );
+            self.outbox.release(r.job.id, r.batch_id);
         }
     }
 
@@ -375,14 +368,7 @@ impl Consumer {
     fn release_prefetched(&mut self, why: &str) {
         for r in self.prefetch.take_all() {
             info!(job_id = r.job.id, "{why}");
-            self.outbox.push(
-                Completion {
-                    job_id: r.job.id,
-                    batch_id: r.batch_id,
-                    outcome: Outcome::Release,
-                },
-                None,
-            );
+            self.outbox.release(r.job.id, r.batch_id);
         }
     }
 
@@ -611,14 +597,7 @@ impl Consumer {
             // started all the same goes back at once rather than sit claimed.
             let Some(queue) = settings.queue(&job.queue).cloned() else {
                 warn!(job_id = job.id, queue = %job.queue, "job released: claimed for a queue this instance does not serve");
-                self.outbox.push(
-                    Completion {
-                        job_id: job.id,
-                        batch_id,
-                        outcome: Outcome::Release,
-                    },
-                    None,
-                );
+                self.outbox.release(job.id, batch_id);
                 continue;
             };
             if self.quarantine == Some(batch_id) {

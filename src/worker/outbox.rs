@@ -40,6 +40,16 @@ impl Outbox {
         self.tallies.push(tally);
     }
 
+    /// A job given back before its handler started: its claim undone, no attempt counted.
+    pub fn release(&mut self, job_id: u64, batch_id: u64) {
+        let c = Completion {
+            job_id,
+            batch_id,
+            outcome: Outcome::Release,
+        };
+        self.push(c, None);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
