@@ -65,7 +65,7 @@ pub async fn run(
             Error::new(
                 ExitCode::Config,
                 anyhow::anyhow!(
-                    "{}: metrics.listen: cannot listen on {at}: {e} (another instance with the same number, or another program; set [metrics] listen)",
+                    "{}: metrics.listen: cannot listen on {at}: {e} (another instance with the same number, or another program: set [metrics] listen to another base, or \"\" for none)",
                     opts.config.display()
                 ),
             )
