@@ -48,7 +48,7 @@ const IDLE: Duration = Duration::from_secs(120);
 const MAX_QUEUES: usize = 100;
 /// The leader's lock.
 const LOCK: &str = "myjob_metrics";
-/// The label of the jobs of queues this instance's config does not hold.
+/// The label of the jobs of queues past the first [`MAX_QUEUES`].
 const OTHER: &str = "(other)";
 /// The states the gauges count: those still to act on (done and cancelled jobs are history
 /// that retention deletes, and counting them would walk the whole table).
@@ -88,8 +88,7 @@ struct Reader {
 
 pub struct QueueGauges {
     db: DatabaseSettings,
-    /// The config's queue names: each gets its series at 0; any other queue counts as
-    /// [`OTHER`].
+    /// The config's queue names: each gets its series at 0, empty or not.
     names: Mutex<Vec<String>>,
     reader: tokio::sync::Mutex<Reader>,
     /// What the scrapes encode: None when this instance does not lead.
