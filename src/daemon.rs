@@ -167,7 +167,7 @@ pub async fn run(
     tokio::select! {
         up = connected => if up.is_ok() {
             notify::notify_ready();
-            info!("ready");
+            info!(target: "myjob::msg::started", "ready");
         },
         _ = shutdown.cancelled() => {}
     }
@@ -207,7 +207,7 @@ pub async fn run(
     if let Some(ended) = died.or(joined.err()) {
         return Err(Error::new(ExitCode::Software, anyhow::anyhow!("{ended}")));
     }
-    info!("stopped");
+    info!(target: "myjob::msg::stopped", "stopped");
     Ok(())
 }
 
@@ -223,6 +223,7 @@ fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>, metrics
             }
             let queues: Vec<&str> = new.queues.iter().map(|q| q.name.as_str()).collect();
             info!(
+                target: "myjob::msg::reloaded",
                 concurrency = new.worker.concurrency,
                 "reload: new configuration in use; queues: {}",
                 queues.join(", ")
@@ -235,7 +236,7 @@ fn reload_settings(opts: &RunOptions, tx: &watch::Sender<Arc<Settings>>, metrics
         }
         Err(e) => {
             metrics.reloaded(false);
-            error!("reload: keeping the configuration in use: {e}")
+            error!(target: "myjob::msg::reload_refused", "reload: keeping the configuration in use: {e}")
         }
     }
     notify::notify_reloaded();

@@ -43,6 +43,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock, ServerId};
 use crate::error::chain;
+use crate::logging::job_span;
 use crate::metrics::{Metrics, Op};
 use crate::purge;
 use crate::store::jobs::{self, OldClaim, Rescued};
@@ -471,18 +472,29 @@ fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32, metric
         Rescued::Failed => metrics.rescued(true),
         _ => metrics.rescued(false),
     }
+    // The job's span: the lines about it carry its fields, as its worker's did.
+    let _in_job = job_span(
+        claim.id,
+        &claim.queue,
+        claim.attempts,
+        claim.batch_id.unwrap_or(0),
+    )
+    .entered();
     match rescued {
         Rescued::Pending => warn!(
+            target: "myjob::msg::rescued",
             job_id = claim.id,
             attempt = claim.attempts,
             "reaper: stale claim put back: {reason}"
         ),
         Rescued::Suspect { charged: false } => warn!(
+            target: "myjob::msg::rescued",
             job_id = claim.id,
             attempt = claim.attempts,
             "reaper: stale claim put back as a suspect, its second death: it runs next in a quarantine slot, one suspect per instance: {reason}"
         ),
         Rescued::Suspect { charged: true } => warn!(
+            target: "myjob::msg::rescued",
             job_id = claim.id,
             attempt = claim.attempts,
             rescues = claim.rescues + 1,
@@ -490,6 +502,7 @@ fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32, metric
             claim.rescues + 1
         ),
         Rescued::Failed => error!(
+            target: "myjob::msg::poison_pill",
             job_id = claim.id,
             attempt = claim.attempts,
             rescues = claim.rescues + 1,
@@ -644,6 +657,7 @@ mod tests {
             rescues: 0,
             suspicion: 0,
             worker: None,
+            queue: "q".into(),
         }
     }
 

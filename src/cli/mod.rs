@@ -20,6 +20,7 @@ mod purge;
 mod retry;
 mod run;
 mod show;
+mod show_log;
 mod stats;
 mod table;
 
@@ -70,6 +71,10 @@ enum Command {
         /// Write only the payload's raw bytes to stdout.
         #[arg(long)]
         payload: bool,
+        /// Its lines in this host's journal instead, from every instance, in order (read with
+        /// journalctl MYJOB_JOB_ID=ID; exit 69 when the host has no journal).
+        #[arg(long, conflicts_with_all = ["json", "payload"])]
+        log: bool,
     },
     /// Make failed jobs due now, with all their attempts again (exit 65, changing nothing, if a
     /// job is not failed).
@@ -161,7 +166,10 @@ pub fn main() -> ProcessExit {
     if !matches!(cli.command, Command::Lock(_)) {
         crate::fds::close_on_exec_inherited();
     }
-    logging::init();
+    logging::init(match &cli.command {
+        Command::Run { instance } => Some(instance),
+        _ => None,
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -241,7 +249,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
         Command::Run { instance } => run::run(cli.config, instance).await,
         Command::Stats { json } => stats::run(&cli.config, json).await,
         Command::List(args) => list::run(&cli.config, args).await,
-        Command::Show { id, json, payload } => show::run(&cli.config, id, json, payload).await,
+        Command::Show { id, log: true, .. } => show_log::run(id),
+        Command::Show {
+            id, json, payload, ..
+        } => show::run(&cli.config, id, json, payload).await,
         Command::Retry(args) => retry::run(&cli.config, args).await,
         Command::Cancel { ids } => cancel::run(&cli.config, &ids).await,
         Command::Pause { queue } => pause::pause(&cli.config, &queue).await,

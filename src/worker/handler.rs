@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{warn, Span};
 
 use crate::config::{QueueSettings, HANDLER_PATH};
 use crate::worker::guard;
@@ -85,8 +85,9 @@ pub async fn run(
         }
     });
     let pid = child.id().unwrap_or(0);
-    let out_tag = Tag::new(job.id, pid, "stdout");
-    let err_tag = Tag::new(job.id, pid, "stderr");
+    // Run inside the job's span (see `Slots::start`): its output lines carry it too.
+    let out_tag = Tag::new(job.id, Span::current(), pid, "stdout");
+    let err_tag = Tag::new(job.id, Span::current(), pid, "stderr");
     let stdout = child
         .stdout
         .take()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 use tokio::time::Instant;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, warn, Span};
 
 use crate::db::{self, Failure};
 use crate::error::chain;
@@ -27,6 +27,9 @@ pub struct Outbox {
     held: Vec<Completion>,
     /// Each held outcome's tally, in the same order.
     tallies: Vec<Tally>,
+    /// Each held outcome's job span, in the same order: the lines about its write carry the
+    /// job's fields.
+    spans: Vec<Span>,
     /// When the oldest held outcome came in.
     since: Option<Instant>,
     /// Not before then: the last write lost a race (see [`Outbox::lost_race`]).
@@ -34,20 +37,21 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    pub fn push(&mut self, c: Completion, tally: Tally) {
+    pub fn push(&mut self, c: Completion, tally: Tally, span: Span) {
         self.since.get_or_insert_with(Instant::now);
         self.held.push(c);
         self.tallies.push(tally);
+        self.spans.push(span);
     }
 
     /// A job given back before its handler started: its claim undone, no attempt counted.
-    pub fn release(&mut self, job_id: u64, batch_id: u64) {
+    pub fn release(&mut self, job_id: u64, batch_id: u64, span: Span) {
         let c = Completion {
             job_id,
             batch_id,
             outcome: Outcome::Release,
         };
-        self.push(c, None);
+        self.push(c, None, span);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -110,11 +114,12 @@ impl Outbox {
             }
             Err(e) => return Err(e),
         };
-        report(&unwritten);
+        report(&unwritten, &self.held, &self.spans);
         for (c, t) in self.held.iter().zip(self.tallies.drain(..)) {
             count(c, t, &unwritten);
         }
         self.held.clear();
+        self.spans.clear();
         self.since = None;
         self.not_before = None;
         Ok(())
@@ -127,10 +132,11 @@ impl Outbox {
     /// their batches re-owned at the reconnect, rather than lose them and leave their jobs
     /// claimed for the reaper to hand out again, finished though they are.
     async fn write_one_by_one(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
-        while let Some(c) = self.held.first() {
-            match write_or_fail(conn, c).await {
+        while let (Some(c), Some(span)) = (self.held.first(), self.spans.first()) {
+            match write_or_fail(conn, c, span).await {
                 Ok((unwritten, failed)) => {
-                    report(&unwritten);
+                    report(&unwritten, &self.held[..1], &self.spans[..1]);
+                    self.spans.remove(0);
                     let c = self.held.remove(0);
                     let t = match (self.tallies.remove(0), failed) {
                         (Some((q, _)), true) => Some((q, metrics::Outcome::Failed)),
@@ -153,16 +159,24 @@ impl Outbox {
 /// Writes one outcome; if the server refuses it, fails the job with the server's message
 /// (then says so: true). An outcome dropped because every write about the job is refused
 /// reads as lost.
-async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<(Unwritten, bool)> {
+async fn write_or_fail(
+    conn: &mut Conn,
+    c: &Completion,
+    span: &Span,
+) -> anyhow::Result<(Unwritten, bool)> {
     let e = match jobs::write_outcomes(conn, std::slice::from_ref(c)).await {
         Err(e) if db::classify(&e) == Failure::Refused => e,
         other => return other.map(|u| (u, false)),
     };
     let reason = chain(&*e);
-    error!(
-        job_id = c.job_id,
-        "job failed: the server refused its outcome: {reason}"
-    );
+    span.in_scope(|| {
+        error!(
+            target: "myjob::msg::failed",
+            job_id = c.job_id,
+            batch_id = c.batch_id,
+            "job failed: the server refused its outcome: {reason}"
+        )
+    });
     let failed = Completion {
         outcome: Outcome::Fail {
             error: format!("the server refused this job's outcome: {reason}"),
@@ -171,11 +185,14 @@ async fn write_or_fail(conn: &mut Conn, c: &Completion) -> anyhow::Result<(Unwri
     };
     match jobs::write_outcomes(conn, std::slice::from_ref(&failed)).await {
         Err(e) if db::classify(&e) == Failure::Refused => {
-            error!(
-                job_id = c.job_id,
-                "job outcome dropped: the server refuses every write about it ({})",
-                chain(&*e)
-            );
+            span.in_scope(|| {
+                error!(
+                    job_id = c.job_id,
+                    batch_id = c.batch_id,
+                    "job outcome dropped: the server refuses every write about it ({})",
+                    chain(&*e)
+                )
+            });
             Ok((
                 Unwritten {
                     lost: vec![(c.job_id, c.batch_id)],
@@ -201,18 +218,30 @@ fn count(c: &Completion, tally: Tally, unwritten: &Unwritten) {
     }
 }
 
-fn report(unwritten: &Unwritten) {
-    for &(job_id, _) in &unwritten.lost {
-        warn!(
-            job_id,
-            "job outcome not written: its claim was reaped and the job was put back meanwhile"
-        );
+/// Logs the outcomes among `held` that were not written, each in its job's span.
+fn report(unwritten: &Unwritten, held: &[Completion], spans: &[Span]) {
+    let span_of = |job_id: u64, batch_id: Option<u64>| {
+        held.iter()
+            .zip(spans)
+            .find(|(c, _)| c.job_id == job_id && batch_id.is_none_or(|b| b == c.batch_id))
+            .map_or_else(Span::none, |(_, s)| s.clone())
+    };
+    for &(job_id, batch_id) in &unwritten.lost {
+        span_of(job_id, Some(batch_id)).in_scope(|| {
+            warn!(
+                job_id,
+                batch_id,
+                "job outcome not written: its claim was reaped and the job was put back meanwhile"
+            )
+        });
     }
     for &job_id in &unwritten.finished {
-        debug!(
-            job_id,
-            "job outcome not written: its handler finished the job in its own transaction"
-        );
+        span_of(job_id, None).in_scope(|| {
+            debug!(
+                job_id,
+                "job outcome not written: its handler finished the job in its own transaction"
+            )
+        });
     }
 }
 
@@ -234,13 +263,13 @@ mod tests {
         let mut o = Outbox::default();
         assert!(!o.due(now, 4, true), "nothing to write");
         assert_eq!(o.deadline(), None);
-        o.push(done(1), None);
+        o.push(done(1), None, Span::none());
         let t = o.deadline().unwrap();
         assert!(!o.due(now, 4, false));
         assert!(o.due(now, 4, true), "nothing else runs");
         assert!(o.due(t, 4, false), "the first has waited long enough");
         for id in 2..=4 {
-            o.push(done(id), None);
+            o.push(done(id), None, Span::none());
         }
         assert!(o.due(now, 4, false), "a batch's worth");
         assert_eq!(o.batches().collect::<Vec<_>>(), [1, 1, 1, 1]);
@@ -249,7 +278,7 @@ mod tests {
     #[test]
     fn waits_a_short_pause_after_a_lost_race() {
         let mut o = Outbox::default();
-        o.push(done(1), None);
+        o.push(done(1), None, Span::none());
         o.lost_race();
         let now = Instant::now();
         assert!(!o.due(now, 1, true), "not during the pause");

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tracing::info;
+use tracing::{info, Span};
 
 /// The most bytes of one output line that are logged; a longer line is split.
 const MAX_LINE: usize = 4096;
@@ -29,33 +29,44 @@ pub struct Tag {
     state: Mutex<TagState>,
 }
 
-#[derive(Default)]
 struct TagState {
     lines: u64,
     tail: Vec<u8>,
+    /// The job's span (its fields in the journal); none between jobs.
+    span: Span,
+}
+
+impl TagState {
+    fn new(span: Span) -> TagState {
+        TagState {
+            lines: 0,
+            tail: Vec::new(),
+            span,
+        }
+    }
 }
 
 impl Tag {
-    pub fn new(job_id: u64, pid: u32, stream: &'static str) -> Arc<Tag> {
+    pub fn new(job_id: u64, span: Span, pid: u32, stream: &'static str) -> Arc<Tag> {
         Arc::new(Tag {
             job_id: AtomicU64::new(job_id),
             pid,
             stream,
-            state: Mutex::default(),
+            state: Mutex::new(TagState::new(span)),
         })
     }
 
     /// From now on, lines belong to `job_id`, counted and kept afresh. Until then they
     /// belonged to the job before: a line a process writes just before its answer may be read
     /// just after it.
-    pub fn start(&self, job_id: u64) {
-        self.take(job_id);
+    pub fn start(&self, job_id: u64, span: Span) {
+        self.take(job_id, span);
     }
 
     /// The job's lines are over: logs how many were not logged, and returns the stream's last
     /// bytes as one line (for `last_error`). Later lines belong to no job.
     pub fn finish(&self) -> String {
-        let mut tail = self.take(0);
+        let mut tail = self.take(0, Span::none());
         if tail.len() > TAIL {
             tail.drain(..tail.len() - TAIL);
         }
@@ -69,16 +80,18 @@ impl Tag {
     }
 
     /// Hands the stream over to `next`; returns what the job before kept.
-    fn take(&self, next: u64) -> Vec<u8> {
-        let state = std::mem::take(&mut *self.lock());
+    fn take(&self, next: u64, span: Span) -> Vec<u8> {
+        let state = std::mem::replace(&mut *self.lock(), TagState::new(span));
         let job_id = self.job_id.swap(next, Relaxed);
         if state.lines > MAX_LINES {
-            info!(
-                job_id,
-                stream = self.stream,
-                "{} more lines not logged",
-                state.lines - MAX_LINES
-            );
+            state.span.in_scope(|| {
+                info!(
+                    job_id,
+                    stream = self.stream,
+                    "{} more lines not logged",
+                    state.lines - MAX_LINES
+                )
+            });
         }
         state.tail
     }
@@ -98,19 +111,19 @@ impl Tag {
     }
 
     fn emit(&self, line: &[u8]) {
-        let lines = {
+        let (lines, span) = {
             let mut state = self.lock();
             state.lines += 1;
-            state.lines
+            (state.lines, state.span.clone())
         };
         if lines > MAX_LINES {
             return;
         }
         let stream = self.stream;
-        match self.job_id.load(Relaxed) {
+        span.in_scope(|| match self.job_id.load(Relaxed) {
             0 => info!(pid = self.pid, stream, "{}", clean(line)),
             job_id => info!(job_id, stream, "{}", clean(line)),
-        }
+        });
     }
 }
 
@@ -170,11 +183,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_tag_keeps_each_jobs_tail_apart() {
-        let tag = Tag::new(0, 1, "stderr");
-        tag.start(7);
+        let tag = Tag::new(0, Span::none(), 1, "stderr");
+        tag.start(7, Span::none());
         pump(&b"first\nsecond\n"[..], tag.clone()).await;
         assert_eq!(tag.finish(), "first | second");
-        tag.start(8);
+        tag.start(8, Span::none());
         pump(&b"third"[..], tag.clone()).await;
         assert_eq!(tag.finish(), "third", "job 8 sees none of job 7's lines");
         assert_eq!(tag.finish(), "", "nothing since");

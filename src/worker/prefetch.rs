@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{QueueSettings, WorkerSettings};
+use crate::logging::job_span;
 use crate::store::jobs::ClaimedJob;
 
 /// How far ahead the prefetch looks (at most `batch_size` jobs).
@@ -24,6 +25,18 @@ pub struct Ready {
     pub job: ClaimedJob,
     pub batch_id: u64,
     pub queue: Arc<QueueSettings>,
+}
+
+impl Ready {
+    /// The span its lines are logged in.
+    pub fn span(&self) -> tracing::Span {
+        job_span(
+            self.job.id,
+            &self.job.queue,
+            self.job.attempt,
+            self.batch_id,
+        )
+    }
 }
 
 /// What the next claim should ask for.
@@ -84,25 +97,25 @@ impl Prefetch {
     }
 
     /// Keeps only the waiting jobs in `held`; returns the ids of the others.
-    pub fn keep_only(&mut self, held: &[u64]) -> Vec<u64> {
+    pub fn keep_only(&mut self, held: &[u64]) -> Vec<Ready> {
         self.retain(|id| held.contains(&id))
     }
 
     /// Drops the waiting jobs among `ids` (an operator cancelled them); returns those dropped.
-    pub fn drop_jobs(&mut self, ids: &[u64]) -> Vec<u64> {
+    pub fn drop_jobs(&mut self, ids: &[u64]) -> Vec<Ready> {
         self.retain(|id| !ids.contains(&id))
     }
 
-    /// Keeps the waiting jobs whose id passes `keep`; returns the ids of the others.
-    fn retain(&mut self, keep: impl Fn(u64) -> bool) -> Vec<u64> {
+    /// Keeps the waiting jobs whose id passes `keep`; returns the others.
+    fn retain(&mut self, keep: impl Fn(u64) -> bool) -> Vec<Ready> {
         let mut dropped = Vec::new();
-        self.ready.retain(|r| {
-            let kept = keep(r.job.id);
-            if !kept {
-                dropped.push(r.job.id);
+        for r in std::mem::take(&mut self.ready) {
+            if keep(r.job.id) {
+                self.ready.push_back(r);
+            } else {
+                dropped.push(r);
             }
-            kept
-        });
+        }
         dropped
     }
 

@@ -16,7 +16,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info, warn, Span};
 
 use crate::config::QueueSettings;
 use crate::worker::handler::{self, describe, signal_group, Exit, Job};
@@ -136,7 +136,7 @@ impl Process {
         else {
             return Err("its pipes were not set up".into());
         };
-        let tag = Tag::new(0, pid, "stderr");
+        let tag = Tag::new(0, Span::none(), pid, "stderr");
         let stderr_reader = tokio::spawn(output::pump(stderr, tag.clone()));
         let mut p = Process {
             queue,
@@ -195,7 +195,8 @@ impl Process {
         cancel: &CancellationToken,
         abort: &CancellationToken,
     ) -> (Exit, bool) {
-        self.stderr.start(job.id);
+        // Run inside the job's span (see `Slots::start`): the lines of this job carry it.
+        self.stderr.start(job.id, Span::current());
         let header = protocol::header(
             job.id,
             job.attempt,

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use crate::config::{Settings, WorkerSettings};
+use crate::logging::job_span;
 use crate::metrics::{Metrics, ProcessExit};
 use crate::store::jobs::{Completion, Outcome};
 use crate::worker::handler::{self, Exit};
@@ -28,6 +30,8 @@ pub struct Finished {
     /// How long its handler ran.
     pub ran_for: std::time::Duration,
     pub completion: Completion,
+    /// The job's span, for the lines about its outcome.
+    pub span: Span,
 }
 
 /// What a slot remembers about its handler.
@@ -39,6 +43,8 @@ struct Running {
     queue: std::sync::Arc<crate::config::QueueSettings>,
     /// When its handler started.
     started: std::time::Instant,
+    /// Its lines' span: the task runs in it.
+    span: Span,
     /// Fired when an operator cancels the job: its handler is stopped.
     cancel: CancellationToken,
     /// Fired when the job's claim is gone: its handler is killed at once (see
@@ -111,6 +117,14 @@ impl Slots {
             .collect()
     }
 
+    /// The span of the running job `job_id`; none when it does not run here.
+    pub fn span_of(&self, job_id: u64) -> Span {
+        self.running
+            .values()
+            .find(|r| r.job_id == job_id)
+            .map_or_else(Span::none, |r| r.span.clone())
+    }
+
     /// Starts a handler for `r`.
     pub fn start(&mut self, r: Ready, worker: &WorkerSettings) {
         let kill_grace = worker.kill_grace;
@@ -130,7 +144,11 @@ impl Slots {
             batch_id,
             instance: self.instance.clone(),
         };
-        tracing::debug!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started");
+        let span = job_span(run.id, &run.queue, run.attempt, batch_id);
+        // Which instance started which attempt: the first line of each run's story.
+        span.in_scope(|| {
+            tracing::info!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started")
+        });
         let abort = self.abort.child_token();
         let kill = abort.clone();
         let cancel = CancellationToken::new();
@@ -148,26 +166,39 @@ impl Slots {
                     self.pool.not_before(&q.name)
                 }
             };
-            self.tasks.spawn(async move {
-                let (attempt, max_attempts) = (run.attempt, run.max_attempts);
-                let served =
-                    process::serve(run, q.clone(), process, not_before, kill_grace, stop, abort)
-                        .await;
-                Ran {
-                    outcome: retry::decide(served.exit, attempt, max_attempts, &q),
-                    process: served.process,
-                    start: served.start,
+            self.tasks.spawn(
+                async move {
+                    let (attempt, max_attempts) = (run.attempt, run.max_attempts);
+                    let served = process::serve(
+                        run,
+                        q.clone(),
+                        process,
+                        not_before,
+                        kill_grace,
+                        stop,
+                        abort,
+                    )
+                    .await;
+                    Ran {
+                        outcome: retry::decide(served.exit, attempt, max_attempts, &q),
+                        process: served.process,
+                        start: served.start,
+                    }
                 }
-            })
+                .instrument(span.clone()),
+            )
         } else {
-            self.tasks.spawn(async move {
-                let exit = handler::run(&run, &q, kill_grace, &stop, &abort).await;
-                Ran {
-                    outcome: retry::decide(exit, run.attempt, run.max_attempts, &q),
-                    process: None,
-                    start: None,
+            self.tasks.spawn(
+                async move {
+                    let exit = handler::run(&run, &q, kill_grace, &stop, &abort).await;
+                    Ran {
+                        outcome: retry::decide(exit, run.attempt, run.max_attempts, &q),
+                        process: None,
+                        start: None,
+                    }
                 }
-            })
+                .instrument(span.clone()),
+            )
         };
         self.running.insert(
             task.id(),
@@ -178,6 +209,7 @@ impl Slots {
                 max_attempts,
                 queue,
                 started: std::time::Instant::now(),
+                span,
                 cancel,
                 kill,
             },
@@ -341,6 +373,7 @@ impl Slots {
                 batch_id: r.batch_id,
                 outcome,
             },
+            span: r.span,
         })
     }
 }

@@ -555,6 +555,8 @@ pub struct OldClaim {
     pub suspicion: u8,
     /// `host:pid:instance` of the claimer.
     pub worker: Option<String>,
+    /// Its queue, for the lines about it.
+    pub queue: String,
 }
 
 type OldClaimRow = (
@@ -566,10 +568,11 @@ type OldClaimRow = (
     u32,
     u8,
     Option<String>,
+    String,
 );
 
 fn old_claim(row: OldClaimRow) -> OldClaim {
-    let (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker) = row;
+    let (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, queue) = row;
     OldClaim {
         id,
         batch_id,
@@ -579,6 +582,7 @@ fn old_claim(row: OldClaimRow) -> OldClaim {
         rescues,
         suspicion,
         worker,
+        queue,
     }
 }
 
@@ -619,13 +623,14 @@ pub async fn old_claims(
         u32,
         u8,
         Option<String>,
+        String,
         Value,
     );
     let rows: Vec<Row> = conn
         .exec(
             format!(
                 "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, \
-                     worker, claimed_at \
+                     worker, queue, claimed_at \
                  FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
                  WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
                  {range}ORDER BY claimed_at, id LIMIT ?"
@@ -636,7 +641,9 @@ pub async fn old_claims(
         .context("reading old claims")?;
     let mut claims = Vec::with_capacity(rows.len());
     let mut last = None;
-    for (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, at) in rows {
+    for (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, queue, at) in
+        rows
+    {
         last = Some(ClaimCursor { claimed_at: at, id });
         claims.push(old_claim((
             id,
@@ -647,6 +654,7 @@ pub async fn old_claims(
             rescues,
             suspicion,
             worker,
+            queue,
         )));
     }
     let next = last.filter(|_| claims.len() >= limit);
@@ -670,7 +678,8 @@ pub async fn claims_of(
     let pattern = format!("{}:%:{}", escape(host), escape(instance));
     let rows: Vec<OldClaimRow> = conn
         .exec(
-            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker \
+            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, \
+                 queue \
              FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
              WHERE status = 'claimed' AND worker LIKE ? LIMIT ?",
             (pattern, limit as u64),

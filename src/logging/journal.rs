@@ -1,0 +1,365 @@
+//! Events straight into the journal, in its native protocol (systemd.journal-fields(7),
+//! <https://systemd.io/JOURNAL_NATIVE_PROTOCOL/>): each event one datagram to journald's
+//! socket, its fields as journal fields, so that `journalctl MYJOB_JOB_ID=42` finds one job's
+//! lines across every instance.
+//!
+//! `MESSAGE` is the very text a line on stderr would carry (the message and the event's
+//! fields as `key=value`), so `journalctl -u myjob@1` reads as before. Beside it: `PRIORITY`
+//! from the level, `SYSLOG_IDENTIFIER=myjob`, `MYJOB_INSTANCE`, a `MESSAGE_ID` for the kinds
+//! of event operators search for (see [`message_id`]), and every field of the event and of the
+//! spans it is in (a job's span: its id, queue, attempt and batch) as `MYJOB_<NAME>`, the
+//! innermost value of a name winning.
+//!
+//! Not `tracing-journald`: it writes on a blocking socket and drops an entry silently when
+//! the write fails, and its `MESSAGE` is the message alone. Here the socket does not block:
+//! an entry journald cannot take now (its queue full, the entry too big, journald away) is
+//! written to stderr as the `<N>`-prefixed line it would have been without this layer, which
+//! reaches the journal through the unit's stream. No line is lost and the claim loop never
+//! waits on journald; such a line only lacks its fields.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::{DefaultFields, Writer};
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
+
+use super::message_id;
+
+/// Where journald takes native entries.
+pub const SOCKET: &str = "/run/systemd/journal/socket";
+
+pub struct JournalLayer {
+    socket: UnixDatagram,
+    path: PathBuf,
+    /// `MYJOB_INSTANCE` on every entry, when the process is an instance.
+    instance: Option<String>,
+    fields: DefaultFields,
+    /// Where an entry journald cannot take goes, as a `<N>`-prefixed line: stderr.
+    fallback: Fallback,
+}
+
+type Fallback = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Writes a line to stderr, the unit's stream to journald; an error there has nowhere left
+/// to go.
+fn to_stderr(line: &[u8]) {
+    let _ = std::io::stderr().lock().write_all(line);
+}
+
+/// The fields a span was created with, kept in its extensions for the events inside it.
+struct SpanFields(Vec<(String, String)>);
+
+impl JournalLayer {
+    /// A layer writing to the socket at `path`; `None` when no socket can be made.
+    pub fn new(path: &Path, instance: Option<&str>) -> Option<JournalLayer> {
+        Self::with_fallback(path, instance, Box::new(to_stderr))
+    }
+
+    fn with_fallback(
+        path: &Path,
+        instance: Option<&str>,
+        fallback: Fallback,
+    ) -> Option<JournalLayer> {
+        let socket = UnixDatagram::unbound().ok()?;
+        socket.set_nonblocking(true).ok()?;
+        Some(JournalLayer {
+            socket,
+            path: path.to_owned(),
+            instance: instance.map(str::to_owned),
+            fields: DefaultFields::new(),
+            fallback,
+        })
+    }
+
+    fn send(&self, entry: &[u8]) -> std::io::Result<()> {
+        self.socket.send_to(entry, &self.path).map(|_| ())
+    }
+}
+
+impl<S> Layer<S> for JournalLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut fields = Vec::new();
+        attrs.record(&mut Collect(&mut fields));
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(fields));
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut ext = span.extensions_mut();
+        if let Some(SpanFields(fields)) = ext.get_mut::<SpanFields>() {
+            let mut new = Vec::new();
+            values.record(&mut Collect(&mut new));
+            for (name, value) in new {
+                match fields.iter_mut().find(|(n, _)| *n == name) {
+                    Some(slot) => slot.1 = value,
+                    None => fields.push((name, value)),
+                }
+            }
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let priority = priority(event.metadata().level());
+        let mut message = String::new();
+        if self
+            .fields
+            .format_fields(Writer::new(&mut message), event)
+            .is_err()
+        {
+            message.push_str("(a log line that could not be formatted)");
+        }
+        let mut fields = Vec::new();
+        event.record(&mut Collect(&mut fields));
+        // The spans from the innermost out: a name the event or an inner span has is skipped.
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope {
+                if let Some(SpanFields(own)) = span.extensions().get::<SpanFields>() {
+                    for (name, value) in own {
+                        if !fields.iter().any(|(n, _)| n == name) {
+                            fields.push((name.clone(), value.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        let entry = encode(
+            priority,
+            &message,
+            message_id(event.metadata().target()),
+            self.instance.as_deref(),
+            &fields,
+        );
+        if self.send(&entry).is_err() {
+            (self.fallback)(format!("<{priority}>{message}\n").as_bytes());
+        }
+    }
+}
+
+/// The syslog priority of a level (sd-daemon(3)).
+pub fn priority(level: &Level) -> u8 {
+    match *level {
+        Level::ERROR => 3,
+        Level::WARN => 4,
+        Level::INFO => 6,
+        Level::DEBUG | Level::TRACE => 7,
+    }
+}
+
+/// One entry in the native protocol: `NAME=value\n` for a one-line value, and for a value
+/// with a newline `NAME\n`, its length as 64-bit little-endian, the bytes, `\n`.
+pub fn encode(
+    priority: u8,
+    message: &str,
+    message_id: Option<&str>,
+    instance: Option<&str>,
+    fields: &[(String, String)],
+) -> Vec<u8> {
+    let mut entry = Vec::with_capacity(256 + message.len());
+    put(&mut entry, "PRIORITY", &priority.to_string());
+    put(&mut entry, "SYSLOG_IDENTIFIER", "myjob");
+    put(&mut entry, "MESSAGE", message);
+    if let Some(id) = message_id {
+        put(&mut entry, "MESSAGE_ID", id);
+    }
+    if let Some(instance) = instance {
+        put(&mut entry, "MYJOB_INSTANCE", instance);
+    }
+    let mut name = String::new();
+    for (field, value) in fields {
+        name.clear();
+        name.push_str("MYJOB_");
+        name.extend(field.chars().map(|c| match c {
+            'a'..='z' => c.to_ascii_uppercase(),
+            'A'..='Z' | '0'..='9' => c,
+            _ => '_',
+        }));
+        // Journal field names are at most 64 characters; a longer one is dropped rather than
+        // have journald drop the entry.
+        if name.len() <= 64 && name != "MYJOB_INSTANCE" {
+            put(&mut entry, &name, value);
+        }
+    }
+    entry
+}
+
+fn put(entry: &mut Vec<u8>, name: &str, value: &str) {
+    entry.extend_from_slice(name.as_bytes());
+    if value.contains('\n') {
+        entry.push(b'\n');
+        entry.extend_from_slice(&(value.len() as u64).to_le_bytes());
+    } else {
+        entry.push(b'=');
+    }
+    entry.extend_from_slice(value.as_bytes());
+    entry.push(b'\n');
+}
+
+/// Collects fields as text, the message aside: a string as it is, anything else as its
+/// `Debug` (a `%value` field's `Display`).
+struct Collect<'a>(&'a mut Vec<(String, String)>);
+
+impl Visit for Collect<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() != "message" {
+            self.0.push((field.name().to_owned(), value.to_owned()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() != "message" {
+            let mut text = String::new();
+            let _ = write!(text, "{value:?}");
+            self.0.push((field.name().to_owned(), text));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    /// The fields of one native entry, in order.
+    fn decode(mut entry: &[u8]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while !entry.is_empty() {
+            let end = entry.iter().position(|&b| b == b'\n' || b == b'=').unwrap();
+            let name = String::from_utf8(entry[..end].to_vec()).unwrap();
+            let value;
+            if entry[end] == b'=' {
+                let nl = entry[end..].iter().position(|&b| b == b'\n').unwrap() + end;
+                value = entry[end + 1..nl].to_vec();
+                entry = &entry[nl + 1..];
+            } else {
+                let len = u64::from_le_bytes(entry[end + 1..end + 9].try_into().unwrap()) as usize;
+                value = entry[end + 9..end + 9 + len].to_vec();
+                assert_eq!(entry[end + 9 + len], b'\n');
+                entry = &entry[end + 10 + len..];
+            }
+            out.push((name, String::from_utf8(value).unwrap()));
+        }
+        out
+    }
+
+    fn field<'a>(entry: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        entry
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn a_multi_line_value_is_length_encoded() {
+        let entry = encode(
+            3,
+            "one\ntwo",
+            None,
+            Some("7"),
+            &[("job_id".into(), "42".into())],
+        );
+        let fields = decode(&entry);
+        assert_eq!(field(&fields, "MESSAGE"), Some("one\ntwo"));
+        assert_eq!(field(&fields, "PRIORITY"), Some("3"));
+        assert_eq!(field(&fields, "MYJOB_INSTANCE"), Some("7"));
+        assert_eq!(field(&fields, "MYJOB_JOB_ID"), Some("42"));
+    }
+
+    /// A receiving socket standing in for journald's, in a directory of the test's own.
+    fn journald() -> (tempfile::TempDir, PathBuf, UnixDatagram) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("socket");
+        let rx = UnixDatagram::bind(&path).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        (dir, path, rx)
+    }
+
+    fn received(rx: &UnixDatagram) -> Vec<(String, String)> {
+        let mut buf = vec![0u8; 65536];
+        let n = rx.recv(&mut buf).unwrap();
+        decode(&buf[..n])
+    }
+
+    #[test]
+    fn an_events_fields_and_its_spans_become_journal_fields() {
+        let (_dir, path, rx) = journald();
+        let layer = JournalLayer::new(&path, Some("3")).unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let job = tracing::info_span!("job", job_id = 42u64, queue = "sms", attempt = 1u32);
+            job.in_scope(|| {
+                tracing::warn!(target: "myjob::msg::failed", job_id = 42u64, attempt = 2u32, stream = "stderr", "job failed: {}", "boom")
+            });
+            tracing::info!("ready");
+        });
+        let got = received(&rx);
+        assert_eq!(
+            field(&got, "MESSAGE"),
+            Some(r#"job failed: boom job_id=42 attempt=2 stream="stderr""#),
+            "{got:?}"
+        );
+        assert_eq!(field(&got, "PRIORITY"), Some("4"));
+        assert_eq!(field(&got, "SYSLOG_IDENTIFIER"), Some("myjob"));
+        assert_eq!(field(&got, "MESSAGE_ID"), message_id("myjob::msg::failed"));
+        assert_eq!(field(&got, "MYJOB_INSTANCE"), Some("3"));
+        assert_eq!(field(&got, "MYJOB_JOB_ID"), Some("42"));
+        assert_eq!(field(&got, "MYJOB_QUEUE"), Some("sms"));
+        assert_eq!(field(&got, "MYJOB_STREAM"), Some("stderr"));
+        // The event's own value wins over its span's, and each name comes once.
+        assert_eq!(field(&got, "MYJOB_ATTEMPT"), Some("2"));
+        assert_eq!(got.iter().filter(|(n, _)| n == "MYJOB_JOB_ID").count(), 1);
+        let ready = received(&rx);
+        assert_eq!(field(&ready, "MESSAGE"), Some("ready"));
+        assert_eq!(field(&ready, "PRIORITY"), Some("6"));
+        assert_eq!(field(&ready, "MESSAGE_ID"), None);
+        assert_eq!(field(&ready, "MYJOB_JOB_ID"), None);
+    }
+
+    #[test]
+    fn an_entry_journald_cannot_take_is_written_as_a_stream_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let sink = lines.clone();
+        let layer = JournalLayer::with_fallback(
+            &dir.path().join("none"),
+            Some("1"),
+            Box::new(move |l| sink.lock().unwrap().extend_from_slice(l)),
+        )
+        .unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(job_id = 4u64, "job failed: {}", "no journal")
+        });
+        assert_eq!(
+            String::from_utf8_lossy(&lines.lock().unwrap()),
+            "<3>job failed: no journal job_id=4\n"
+        );
+    }
+
+    #[test]
+    fn a_full_journal_does_not_block_the_sender() {
+        let (_dir, path, _rx) = journald();
+        let layer = JournalLayer::new(&path, None).unwrap();
+        let entry = vec![b'x'; 60_000];
+        // Nobody reads: the queue fills, and then each send fails at once.
+        let began = std::time::Instant::now();
+        let failed = (0..10_000).find(|_| layer.send(&entry).is_err());
+        assert!(failed.is_some(), "the receiver's queue never filled");
+        assert!(began.elapsed() < Duration::from_secs(5));
+    }
+}
