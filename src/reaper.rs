@@ -426,10 +426,12 @@ async fn reap(
         };
         let suspect = (claim.id, claim.batch_id, claim.owner_conn);
         if !last_pass.contains(&suspect) {
-            debug!(
-                job_id = claim.id,
-                "reaper: stale claim, put back at the next pass if still so: {reason}"
-            );
+            job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).in_scope(|| {
+                debug!(
+                    job_id = claim.id,
+                    "reaper: stale claim, put back at the next pass if still so: {reason}"
+                )
+            });
             memory.suspects.insert(suspect);
             continue;
         }
@@ -473,13 +475,7 @@ fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32, metric
         _ => metrics.rescued(false),
     }
     // The job's span: the lines about it carry its fields, as its worker's did.
-    let _in_job = job_span(
-        claim.id,
-        &claim.queue,
-        claim.attempts,
-        claim.batch_id.unwrap_or(0),
-    )
-    .entered();
+    let _in_job = job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).entered();
     match rescued {
         Rescued::Pending => warn!(
             target: "myjob::msg::rescued",

@@ -180,14 +180,16 @@ pub fn main() -> ProcessExit {
             return ProcessExit::from(ExitCode::Software as u8);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let exit = match runtime.block_on(dispatch(cli)) {
         Ok(code) => ProcessExit::from(code),
         Err(e) => {
             // The whole cause chain, once, on one line.
             tracing::error!("{e}");
             ProcessExit::from(e.code as u8)
         }
-    }
+    };
+    logging::flush();
+    exit
 }
 
 /// Runs the command; returns the exit code: 0, or the status `lock` passes on.

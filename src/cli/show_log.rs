@@ -2,6 +2,7 @@
 //! in order. myjob writes them with `MYJOB_JOB_ID` (see `logging`), and `journalctl` does the
 //! reading: the journal's files, its permissions and its order are its own.
 
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 use anyhow::anyhow;
@@ -20,13 +21,16 @@ pub fn run(id: u64) -> Result<(), Error> {
             "no journal files in /run/log/journal or /var/log/journal",
         ));
     }
-    let out = Command::new("journalctl")
+    let child = Command::new("journalctl")
         .args(["--no-pager", "--output=json", "--all"])
         .arg(format!("MYJOB_JOB_ID={id}"))
         .stdin(Stdio::null())
-        .output();
-    let out = match out {
-        Ok(out) => out,
+        .stdout(Stdio::piped())
+        // Its hints (a user who may read only their own journal) go straight to the user.
+        .stderr(Stdio::inherit())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(no_journal(id, "journalctl is not installed"))
         }
@@ -37,32 +41,40 @@ pub fn run(id: u64) -> Result<(), Error> {
             ))
         }
     };
-    let hints = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        return Err(Error::new(
+    // Entry by entry: a job with many attempts may have many thousands of lines.
+    let mut printed = 0u64;
+    let mut out = std::io::stdout().lock();
+    if let Some(entries) = child.stdout.take() {
+        for entry in BufReader::new(entries).split(b'\n').map_while(Result::ok) {
+            let Ok(entry) = serde_json::from_slice::<Value>(&entry) else {
+                continue;
+            };
+            match writeln!(out, "{}", line(&entry)) {
+                Ok(()) => printed += 1,
+                // `myjob show 42 --log | head`: the reader has what it wanted.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    let _ = child.kill();
+                    break;
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    return Err(Error::new(ExitCode::Software, anyhow!("job {id}: {e}")));
+                }
+            }
+        }
+    }
+    let status = child.wait();
+    match status {
+        Ok(status) if !status.success() && printed == 0 => Err(Error::new(
             ExitCode::Unavailable,
-            anyhow!(
-                "job {id}: journalctl {}: {}",
-                out.status,
-                hints.lines().next().unwrap_or("no message")
-            ),
-        ));
+            anyhow!("job {id}: journalctl {status}"),
+        )),
+        _ if printed == 0 => {
+            let _ = writeln!(out, "job {id}: no lines in this host's journal");
+            Ok(())
+        }
+        _ => Ok(()),
     }
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|entry| line(&entry))
-        .collect();
-    if lines.is_empty() {
-        // journalctl's own hints (a user who may read only their own journal) say why.
-        eprint!("{hints}");
-        println!("job {id}: no lines in this host's journal");
-        return Ok(());
-    }
-    let mut text = lines.join("\n");
-    text.push('\n');
-    print!("{text}");
-    Ok(())
 }
 
 /// Whether this host has a journal: a `*.journal` file in a machine's folder of either place.
@@ -87,24 +99,11 @@ fn no_journal(id: u64, why: &str) -> Error {
 
 /// One entry as `TIME HOST UNIT LEVEL MESSAGE`, the time in UTC.
 fn line(entry: &Value) -> String {
-    let field = |name: &str| -> Option<String> {
-        match entry.get(name)? {
-            Value::String(s) => Some(s.clone()),
-            // A value that is not UTF-8 comes as an array of its bytes.
-            Value::Array(bytes) => Some(
-                String::from_utf8_lossy(
-                    &bytes
-                        .iter()
-                        .filter_map(|b| b.as_u64().map(|b| b as u8))
-                        .collect::<Vec<u8>>(),
-                )
-                .into_owned(),
-            ),
-            _ => None,
-        }
-    };
+    let field = |name: &str| -> Option<String> { text(entry.get(name)?) };
     let time = field("__REALTIME_TIMESTAMP")
         .and_then(|us| us.parse::<u64>().ok())
+        // Before the year 10000, which is as far as RFC 3339 goes.
+        .filter(|&us| us < 253_402_300_800_000_000)
         .map(|us| {
             let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
             humantime::format_rfc3339_micros(at).to_string()
@@ -126,6 +125,25 @@ fn line(entry: &Value) -> String {
     )
 }
 
+/// A field's value as text. journalctl gives a value that is not UTF-8 as an array of its
+/// bytes, and a field an entry has more than once as an array of its values.
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) if items.iter().all(Value::is_u64) => Some(
+            String::from_utf8_lossy(
+                &items
+                    .iter()
+                    .filter_map(|b| b.as_u64().map(|b| b as u8))
+                    .collect::<Vec<u8>>(),
+            )
+            .into_owned(),
+        ),
+        Value::Array(items) => Some(items.iter().filter_map(text).collect::<Vec<_>>().join(" ")),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +161,10 @@ mod tests {
             line(&entry),
             "2025-11-25T22:13:38.123456Z web1 myjob@2.service warn  job\u{FFFD}"
         );
+        let odd = serde_json::json!({
+            "__REALTIME_TIMESTAMP": "99999999999999999999",
+            "MESSAGE": ["twice", "over"],
+        });
+        assert_eq!(line(&odd), "- - - debug twice over");
     }
 }

@@ -13,14 +13,17 @@
 //! Not `tracing-journald`: it writes on a blocking socket and drops an entry silently when
 //! the write fails, and its `MESSAGE` is the message alone. Here the socket does not block:
 //! an entry journald cannot take now (its queue full, the entry too big, journald away) is
-//! written to stderr as the `<N>`-prefixed line it would have been without this layer, which
-//! reaches the journal through the unit's stream. No line is lost and the claim loop never
-//! waits on journald; such a line only lacks its fields.
+//! handed to a thread of its own that writes it to stderr as the `<N>`-prefixed line it would
+//! have been without this layer, which reaches the journal through the unit's stream. No line
+//! is lost, and the thread that logs waits only when [`BACKLOG`] lines already wait for
+//! stderr; such a line only lacks its fields.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::time::Duration;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -42,16 +45,59 @@ pub struct JournalLayer {
     /// `MYJOB_INSTANCE` on every entry, when the process is an instance.
     instance: Option<String>,
     fields: DefaultFields,
-    /// Where an entry journald cannot take goes, as a `<N>`-prefixed line: stderr.
-    fallback: Fallback,
+    /// Where an entry journald cannot take goes, as a `<N>`-prefixed line: to the thread
+    /// that writes them to stderr.
+    fallback: SyncSender<Fallback>,
 }
 
-type Fallback = Box<dyn Fn(&[u8]) + Send + Sync>;
+/// Lines that may wait for stderr before a thread that logs one more waits too.
+const BACKLOG: usize = 65_536;
 
-/// Writes a line to stderr, the unit's stream to journald; an error there has nowhere left
-/// to go.
+/// What the stderr thread is handed.
+pub enum Fallback {
+    Line(Vec<u8>),
+    /// Answer once every line before is written.
+    Flush(SyncSender<()>),
+}
+
+/// Writes lines to stderr, the unit's stream to journald; an error there has nowhere left to
+/// go.
 fn to_stderr(line: &[u8]) {
     let _ = std::io::stderr().lock().write_all(line);
+}
+
+/// The thread that writes the lines handed to it with `write`, in order.
+fn writer(write: impl Fn(&[u8]) + Send + 'static) -> SyncSender<Fallback> {
+    let (tx, rx): (SyncSender<Fallback>, Receiver<Fallback>) = sync_channel(BACKLOG);
+    let spawned = std::thread::Builder::new()
+        .name("myjob-log".into())
+        .spawn(move || {
+            for item in rx {
+                match item {
+                    Fallback::Line(line) => write(&line),
+                    Fallback::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        // Without the thread, the lines are written by whoever logs them.
+        to_stderr(
+            format!("<4>log: no thread for lines journald cannot take ({e}): written in place\n")
+                .as_bytes(),
+        );
+    }
+    tx
+}
+
+/// Waits, at most `limit`, until every line handed to `fallback` so far is written: before
+/// the process exits, which would lose them.
+pub fn flush(fallback: &SyncSender<Fallback>, limit: Duration) {
+    let (done, wait) = sync_channel(1);
+    if fallback.send(Fallback::Flush(done)).is_ok() {
+        let _ = wait.recv_timeout(limit);
+    }
 }
 
 /// The fields a span was created with, kept in its extensions for the events inside it.
@@ -60,13 +106,13 @@ struct SpanFields(Vec<(String, String)>);
 impl JournalLayer {
     /// A layer writing to the socket at `path`; `None` when no socket can be made.
     pub fn new(path: &Path, instance: Option<&str>) -> Option<JournalLayer> {
-        Self::with_fallback(path, instance, Box::new(to_stderr))
+        Self::with_fallback(path, instance, to_stderr)
     }
 
     fn with_fallback(
         path: &Path,
         instance: Option<&str>,
-        fallback: Fallback,
+        write: impl Fn(&[u8]) + Send + 'static,
     ) -> Option<JournalLayer> {
         let socket = UnixDatagram::unbound().ok()?;
         socket.set_nonblocking(true).ok()?;
@@ -75,8 +121,13 @@ impl JournalLayer {
             path: path.to_owned(),
             instance: instance.map(str::to_owned),
             fields: DefaultFields::new(),
-            fallback,
+            fallback: writer(write),
         })
+    }
+
+    /// The stderr thread's queue, for [`flush`] at the exit.
+    pub fn fallback(&self) -> SyncSender<Fallback> {
+        self.fallback.clone()
     }
 
     fn send(&self, entry: &[u8]) -> std::io::Result<()> {
@@ -143,7 +194,16 @@ where
             &fields,
         );
         if self.send(&entry).is_err() {
-            (self.fallback)(format!("<{priority}>{message}\n").as_bytes());
+            let line = Fallback::Line(format!("<{priority}>{message}\n").into_bytes());
+            match self.fallback.try_send(line) {
+                Ok(()) => {}
+                // BACKLOG lines wait already: this thread waits its turn.
+                Err(TrySendError::Full(line)) => {
+                    let _ = self.fallback.send(line);
+                }
+                Err(TrySendError::Disconnected(Fallback::Line(line))) => to_stderr(&line),
+                Err(TrySendError::Disconnected(_)) => {}
+            }
         }
     }
 }
@@ -335,16 +395,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
         let sink = lines.clone();
-        let layer = JournalLayer::with_fallback(
-            &dir.path().join("none"),
-            Some("1"),
-            Box::new(move |l| sink.lock().unwrap().extend_from_slice(l)),
-        )
+        let layer = JournalLayer::with_fallback(&dir.path().join("none"), Some("1"), move |l| {
+            sink.lock().unwrap().extend_from_slice(l)
+        })
         .unwrap();
+        let fallback = layer.fallback();
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             tracing::error!(job_id = 4u64, "job failed: {}", "no journal")
         });
+        flush(&fallback, Duration::from_secs(5));
         assert_eq!(
             String::from_utf8_lossy(&lines.lock().unwrap()),
             "<3>job failed: no journal job_id=4\n"

@@ -14,6 +14,9 @@ use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
+use std::sync::mpsc::SyncSender;
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use tracing::{Event, Span, Subscriber};
 use tracing_subscriber::filter::filter_fn;
@@ -73,9 +76,29 @@ pub fn message_id(target: &str) -> Option<&'static str> {
         .map(|(_, id, _)| *id)
 }
 
-/// The span a job's lines are logged in: its fields go to the journal with every line.
-pub fn job_span(job_id: u64, queue: &str, attempt: u32, batch_id: u64) -> Span {
-    tracing::info_span!("job", job_id, queue, attempt, batch_id)
+/// The span a job's lines are logged in: its fields go to the journal with every line. At
+/// the level ERROR so that it exists whatever the filter lets through (`MYJOB_LOG=warn` keeps
+/// a failure's fields); the text output shows no span, so it is not made there at all.
+pub fn job_span(job_id: u64, queue: &str, attempt: u32, batch_id: Option<u64>) -> Span {
+    tracing::span!(
+        tracing::Level::ERROR,
+        "job",
+        job_id,
+        queue,
+        attempt,
+        batch_id
+    )
+}
+
+/// The journal layer's stderr thread, when the journal is in use (see [`flush`]).
+static FALLBACK: OnceLock<SyncSender<journal::Fallback>> = OnceLock::new();
+
+/// Before the process exits: waits (a second at most) for the lines journald could not take
+/// to be written to stderr.
+pub fn flush() {
+    if let Some(fallback) = FALLBACK.get() {
+        journal::flush(fallback, Duration::from_secs(1));
+    }
 }
 
 /// Installs the global subscriber. Call once, first thing; `instance` is the instance this
@@ -88,6 +111,7 @@ pub fn init(instance: Option<&str>) {
     let registry = tracing_subscriber::registry().with(filter);
     if native {
         if let Some(layer) = journal::JournalLayer::new(journal, instance) {
+            let _ = FALLBACK.set(layer.fallback());
             registry.with(layer).init();
             return;
         }

@@ -596,7 +596,7 @@ impl Consumer {
     /// Takes the jobs read back from a claim into the prefetch.
     fn take(&mut self, settings: &Settings, batch_id: u64, claimed: Vec<jobs::ClaimedJob>) {
         for job in claimed {
-            let span = job_span(job.id, &job.queue, job.attempt, batch_id);
+            let span = job_span(job.id, &job.queue, job.attempt, Some(batch_id));
             let _in_job = span.enter();
             // Claimed by its exact name, so the lookup finds it; a claim that cannot be
             // started all the same goes back at once rather than sit claimed.
@@ -612,10 +612,12 @@ impl Consumer {
                     "suspect claimed: it was running at two deaths of its workers; it runs in the quarantine slot, the one suspect of this instance"
                 );
             }
+            drop(_in_job);
             self.prefetch.push(Ready {
                 job,
                 batch_id,
                 queue,
+                span,
             });
         }
     }

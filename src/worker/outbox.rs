@@ -132,11 +132,18 @@ impl Outbox {
     /// their batches re-owned at the reconnect, rather than lose them and leave their jobs
     /// claimed for the reaper to hand out again, finished though they are.
     async fn write_one_by_one(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
-        while let (Some(c), Some(span)) = (self.held.first(), self.spans.first()) {
-            match write_or_fail(conn, c, span).await {
+        while let Some(c) = self.held.first() {
+            let span = self.spans.first().cloned().unwrap_or_else(Span::none);
+            match write_or_fail(conn, c, &span).await {
                 Ok((unwritten, failed)) => {
-                    report(&unwritten, &self.held[..1], &self.spans[..1]);
-                    self.spans.remove(0);
+                    report(
+                        &unwritten,
+                        std::slice::from_ref(c),
+                        std::slice::from_ref(&span),
+                    );
+                    if !self.spans.is_empty() {
+                        self.spans.remove(0);
+                    }
                     let c = self.held.remove(0);
                     let t = match (self.tallies.remove(0), failed) {
                         (Some((q, _)), true) => Some((q, metrics::Outcome::Failed)),
@@ -169,14 +176,6 @@ async fn write_or_fail(
         other => return other.map(|u| (u, false)),
     };
     let reason = chain(&*e);
-    span.in_scope(|| {
-        error!(
-            target: "myjob::msg::failed",
-            job_id = c.job_id,
-            batch_id = c.batch_id,
-            "job failed: the server refused its outcome: {reason}"
-        )
-    });
     let failed = Completion {
         outcome: Outcome::Fail {
             error: format!("the server refused this job's outcome: {reason}"),
@@ -189,7 +188,7 @@ async fn write_or_fail(
                 error!(
                     job_id = c.job_id,
                     batch_id = c.batch_id,
-                    "job outcome dropped: the server refuses every write about it ({})",
+                    "job outcome dropped: the server refused it ({reason}), and refuses its failure too ({})",
                     chain(&*e)
                 )
             });
@@ -201,7 +200,22 @@ async fn write_or_fail(
                 false,
             ))
         }
-        other => other.map(|u| (u, true)),
+        Ok(unwritten) => {
+            // Said once the failure is written, the only time it is final: a write cut short
+            // comes back here, and a claim put back meanwhile runs the job again.
+            if !unwritten.lost.contains(&(c.job_id, c.batch_id)) {
+                span.in_scope(|| {
+                    error!(
+                        target: "myjob::msg::failed",
+                        job_id = c.job_id,
+                        batch_id = c.batch_id,
+                        "job failed: the server refused its outcome: {reason}"
+                    )
+                });
+            }
+            Ok((unwritten, true))
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -5,7 +5,6 @@
 //! stderr belongs to whichever job is in progress, or to none between jobs: the [`Tag`] is
 //! what the reader asks for each line, and what a job's start and end move on.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -21,27 +20,30 @@ const TAIL: usize = 2000;
 
 /// Whose lines a stream carries now, how many of them were logged, and their last bytes.
 pub struct Tag {
-    /// The job in progress; 0 between the jobs of a persistent process.
-    job_id: AtomicU64,
     /// The handler process, for lines that belong to no job.
     pid: u32,
     stream: &'static str,
     state: Mutex<TagState>,
 }
 
+/// The job in progress and what its lines left; one lock, so that a line is never logged
+/// with one job's id and another's span.
 struct TagState {
+    /// The job in progress; 0 between the jobs of a persistent process.
+    job_id: u64,
+    /// Its span (its fields in the journal); none between jobs.
+    span: Span,
     lines: u64,
     tail: Vec<u8>,
-    /// The job's span (its fields in the journal); none between jobs.
-    span: Span,
 }
 
 impl TagState {
-    fn new(span: Span) -> TagState {
+    fn new(job_id: u64, span: Span) -> TagState {
         TagState {
+            job_id,
+            span,
             lines: 0,
             tail: Vec::new(),
-            span,
         }
     }
 }
@@ -49,10 +51,9 @@ impl TagState {
 impl Tag {
     pub fn new(job_id: u64, span: Span, pid: u32, stream: &'static str) -> Arc<Tag> {
         Arc::new(Tag {
-            job_id: AtomicU64::new(job_id),
             pid,
             stream,
-            state: Mutex::new(TagState::new(span)),
+            state: Mutex::new(TagState::new(job_id, span)),
         })
     }
 
@@ -81,12 +82,11 @@ impl Tag {
 
     /// Hands the stream over to `next`; returns what the job before kept.
     fn take(&self, next: u64, span: Span) -> Vec<u8> {
-        let state = std::mem::replace(&mut *self.lock(), TagState::new(span));
-        let job_id = self.job_id.swap(next, Relaxed);
+        let state = std::mem::replace(&mut *self.lock(), TagState::new(next, span));
         if state.lines > MAX_LINES {
             state.span.in_scope(|| {
                 info!(
-                    job_id,
+                    job_id = state.job_id,
                     stream = self.stream,
                     "{} more lines not logged",
                     state.lines - MAX_LINES
@@ -111,16 +111,16 @@ impl Tag {
     }
 
     fn emit(&self, line: &[u8]) {
-        let (lines, span) = {
+        let (job_id, span) = {
             let mut state = self.lock();
             state.lines += 1;
-            (state.lines, state.span.clone())
+            if state.lines > MAX_LINES {
+                return;
+            }
+            (state.job_id, state.span.clone())
         };
-        if lines > MAX_LINES {
-            return;
-        }
         let stream = self.stream;
-        span.in_scope(|| match self.job_id.load(Relaxed) {
+        span.in_scope(|| match job_id {
             0 => info!(pid = self.pid, stream, "{}", clean(line)),
             job_id => info!(job_id, stream, "{}", clean(line)),
         });

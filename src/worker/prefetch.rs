@@ -12,7 +12,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{QueueSettings, WorkerSettings};
-use crate::logging::job_span;
 use crate::store::jobs::ClaimedJob;
 
 /// How far ahead the prefetch looks (at most `batch_size` jobs).
@@ -25,17 +24,14 @@ pub struct Ready {
     pub job: ClaimedJob,
     pub batch_id: u64,
     pub queue: Arc<QueueSettings>,
+    /// Its lines' span (see `logging::job_span`).
+    pub span: tracing::Span,
 }
 
 impl Ready {
     /// The span its lines are logged in.
     pub fn span(&self) -> tracing::Span {
-        job_span(
-            self.job.id,
-            &self.job.queue,
-            self.job.attempt,
-            self.batch_id,
-        )
+        self.span.clone()
     }
 }
 

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::config::{Settings, WorkerSettings};
-use crate::logging::job_span;
 use crate::metrics::{Metrics, ProcessExit};
 use crate::store::jobs::{Completion, Outcome};
 use crate::worker::handler::{self, Exit};
@@ -133,6 +132,7 @@ impl Slots {
             job,
             batch_id,
             queue,
+            span,
         } = r;
         let max_attempts = job.max_attempts.unwrap_or(queue.max_attempts);
         let run = handler::Job {
@@ -144,7 +144,6 @@ impl Slots {
             batch_id,
             instance: self.instance.clone(),
         };
-        let span = job_span(run.id, &run.queue, run.attempt, batch_id);
         // Which instance started which attempt: the first line of each run's story.
         span.in_scope(|| {
             tracing::info!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started")
@@ -398,6 +397,7 @@ mod tests {
                 read_at: tokio::time::Instant::now(),
             },
             batch_id: 7,
+            span: Span::none(),
             queue: Arc::new(QueueSettings {
                 name: "q".into(),
                 command: command.iter().map(|s| s.to_string()).collect(),

@@ -568,11 +568,13 @@ type OldClaimRow = (
     u32,
     u8,
     Option<String>,
-    String,
+    Vec<u8>,
 );
 
 fn old_claim(row: OldClaimRow) -> OldClaim {
     let (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, queue) = row;
+    // VARBINARY: any bytes an UPDATE of the user's left there, shown as text.
+    let queue = String::from_utf8_lossy(&queue).into_owned();
     OldClaim {
         id,
         batch_id,
@@ -623,7 +625,7 @@ pub async fn old_claims(
         u32,
         u8,
         Option<String>,
-        String,
+        Vec<u8>,
         Value,
     );
     let rows: Vec<Row> = conn
