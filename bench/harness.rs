@@ -192,6 +192,11 @@ impl Bench {
     }
 
     pub(crate) fn start(&self, config: &Path, instance: usize) -> Child {
+        self.start_logging(config, instance, "info")
+    }
+
+    /// [`Bench::start`] with `filter` as MYJOB_LOG.
+    pub(crate) fn start_logging(&self, config: &Path, instance: usize, filter: &str) -> Child {
         let log = std::fs::File::create(self.dir.join(format!("worker-{instance}.log"))).unwrap();
         Command::new(BIN)
             .args([
@@ -203,6 +208,7 @@ impl Bench {
             ])
             .env_remove("JOURNAL_STREAM")
             .env_remove("NOTIFY_SOCKET")
+            .env("MYJOB_LOG", filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -49,11 +49,11 @@ impl Bench {
             // always came second would carry the first's after-effects (the server's purge
             // of the rows it just deleted) into every ratio.
             let ((rate_off, us_off, _), (rate_on, us_on, scraped)) = if pair % 2 == 1 {
-                let off = self.noop_run(jobs, false).await;
-                (off, self.noop_run(jobs, true).await)
+                let off = self.noop_run(jobs, false, "info").await;
+                (off, self.noop_run(jobs, true, "info").await)
             } else {
-                let on = self.noop_run(jobs, true).await;
-                (self.noop_run(jobs, false).await, on)
+                let on = self.noop_run(jobs, true, "info").await;
+                (self.noop_run(jobs, false, "info").await, on)
             };
             eprintln!(
                 "metrics pair {pair}: off {rate_off:.0} jobs/s, on {rate_on:.0} jobs/s ({scraped} scrapes) = {:.3}; \
@@ -103,14 +103,15 @@ impl Bench {
     }
 
     /// One run of `jobs` no-op jobs, 1 instance × 8, with metrics on (and a scrape every
-    /// second) or off: jobs/s from the first claim to the last finish, as the table records
-    /// them, verified; myjob's CPU µs per job; and how many scrapes were answered.
-    async fn noop_run(&self, jobs: usize, metrics: bool) -> (f64, f64, u64) {
+    /// second) or off, and `log` as MYJOB_LOG: jobs/s from the first claim to the last
+    /// finish, as the table records them, verified; myjob's CPU µs per job; and how many
+    /// scrapes were answered.
+    pub(crate) async fn noop_run(&self, jobs: usize, metrics: bool, log: &str) -> (f64, f64, u64) {
         let mut conn = self.fresh().await;
         self.insert(&mut conn, jobs).await;
         let config = self.config(8, &"myjob:noop".into(), "100ms");
         let at = metrics.then(|| metrics_on(&config));
-        let workers = Workers(vec![self.start(&config, 1)]);
+        let workers = Workers(vec![self.start_logging(&config, 1, log)]);
         let scraper = at.map(Scraper::start);
         let n = jobs as u64;
         wait_queue_done(&mut conn, "bench", n).await;

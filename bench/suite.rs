@@ -86,6 +86,12 @@ impl Bench {
             self.metrics_item().await;
             return;
         }
+        if alone("--logging-only") {
+            // For working on item 16 alone.
+            self.line(head);
+            self.logging_item().await;
+            return;
+        }
         if alone("--cat-only") {
             // For working on item 2: the spawn ceiling, then `cat` per job at concurrency 32,
             // with where the CPU goes.
@@ -139,8 +145,9 @@ impl Bench {
         self.heal_item().await;
         // 14. What a fleet costs the server.
         self.capacity_item().await;
-        // 15. What the metrics cost.
+        // 15. What the metrics cost; 16. what the log costs.
         self.metrics_item().await;
+        self.logging_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
