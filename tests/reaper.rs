@@ -376,3 +376,30 @@ async fn a_dead_claim_behind_a_thousand_older_live_ones_is_put_back() {
     );
     holder.query_drop("DO 1").await.unwrap();
 }
+
+/// The queue column is binary: a claim of a queue whose name is not UTF-8 (an UPDATE of the
+/// user's) is put back like any other, and its line names the queue as best it can.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_claim_of_a_queue_named_in_bytes_that_are_not_utf8_is_put_back() {
+    let db = TestDb::new("reaper_bytes").await;
+    let config = db.config("", "");
+    let server = db.server_id().await.to_string();
+    let dead = db
+        .insert_sql(&format!(
+            "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id, owner_conn, \
+                 owner_server, claimed_at) \
+             VALUES (X'FF71', 'x', 'claimed', 1, 8, 999999999, '{server}', NOW(6) - INTERVAL 1 MINUTE)"
+        ))
+        .await;
+    let mut worker = Worker::start(&config, "1");
+    db.wait_count(&format!("id = {dead} AND status = 'pending'"), 1, 20)
+        .await;
+    assert!(!worker.exited(), "{}", worker.log_text());
+    let log = worker.log_text();
+    assert!(
+        log.lines().any(|l| l
+            .contains("reaper: stale claim put back: its claimer's connection 999999999 is gone")
+            && l.ends_with(&format!("job_id={dead} attempt=1"))),
+        "{log}"
+    );
+}
