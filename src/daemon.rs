@@ -85,6 +85,7 @@ pub async fn run(
         .is_some()
         .then(|| metrics::queues::QueueGauges::new(settings.database.clone()));
     let metrics = Arc::new(Metrics::new(&queues, gauges));
+    crate::logging::set_database(settings.database.opts.db_name().unwrap_or(""));
     info!(
         instance = %opts.instance,
         config = %opts.config.display(),

@@ -97,8 +97,10 @@ async fn a_journal_stream_without_journald_gets_priority_prefixed_lines() {
     assert!(lines.iter().all(|l| l.starts_with('<')), "{text}");
 }
 
-#[test]
-fn show_log_says_plainly_when_this_host_has_no_journal() {
+#[tokio::test(flavor = "multi_thread")]
+async fn show_log_says_plainly_when_this_host_has_no_journal() {
+    let db = TestDb::new("logs_show").await;
+    let config = db.config("", "");
     let journals = ["/run/log/journal", "/var/log/journal"]
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
@@ -106,7 +108,10 @@ fn show_log_says_plainly_when_this_host_has_no_journal() {
         .filter_map(|machine| std::fs::read_dir(machine.path()).ok())
         .flat_map(|d| d.flatten())
         .any(|f| f.path().extension().is_some_and(|e| e == "journal"));
-    let out = myjob(&["show", "42", "--log"], b"");
+    let out = myjob(
+        &["--config", config.to_str().unwrap(), "show", "42", "--log"],
+        b"",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     if journals {

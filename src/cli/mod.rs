@@ -72,7 +72,8 @@ enum Command {
         #[arg(long)]
         payload: bool,
         /// Its lines in this host's journal instead, from every instance, in order (read with
-        /// journalctl MYJOB_JOB_ID=ID; exit 69 when the host has no journal).
+        /// journalctl MYJOB_JOB_ID=ID MYJOB_DATABASE=<the config's>; exit 69 when the host has
+        /// no journal).
         #[arg(long, conflicts_with_all = ["json", "payload"])]
         log: bool,
     },
@@ -188,6 +189,8 @@ pub fn main() -> ProcessExit {
             ProcessExit::from(e.code as u8)
         }
     };
+    // The tasks' last lines first, then what of them waits for stderr.
+    drop(runtime);
     logging::flush();
     exit
 }
@@ -251,7 +254,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
         Command::Run { instance } => run::run(cli.config, instance).await,
         Command::Stats { json } => stats::run(&cli.config, json).await,
         Command::List(args) => list::run(&cli.config, args).await,
-        Command::Show { id, log: true, .. } => show_log::run(id),
+        Command::Show { id, log: true, .. } => show_log::run(&cli.config, id),
         Command::Show {
             id, json, payload, ..
         } => show::run(&cli.config, id, json, payload).await,

@@ -1,19 +1,21 @@
 //! `myjob show ID --log`: one job's lines from the journal of this host, every instance's,
-//! in order. myjob writes them with `MYJOB_JOB_ID` (see `logging`), and `journalctl` does the
+//! in order: the job of that id in the config's database. myjob writes them with `MYJOB_JOB_ID` (see `logging`), and `journalctl` does the
 //! reading: the journal's files, its permissions and its order are its own.
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::anyhow;
 use serde_json::Value;
 
-use crate::error::{Error, ExitCode};
+use crate::config::Settings;
+use crate::error::{Error, ExitCode, OrExit};
 
 /// Where journald keeps its files: volatile, then persistent; one folder per machine id.
 const JOURNAL_DIRS: [&str; 2] = ["/run/log/journal", "/var/log/journal"];
 
-pub fn run(id: u64) -> Result<(), Error> {
+pub fn run(config: &Path, id: u64) -> Result<(), Error> {
     // journalctl given a match prints nothing, and exits 0, when there is no journal at all.
     if !journal_files() {
         return Err(no_journal(
@@ -21,9 +23,14 @@ pub fn run(id: u64) -> Result<(), Error> {
             "no journal files in /run/log/journal or /var/log/journal",
         ));
     }
+    // The job of this config's database: another database served from this host has a job
+    // of the same id.
+    let settings = Settings::load(config).or_exit(ExitCode::Config)?;
+    let database = settings.database.opts.db_name().unwrap_or("").to_owned();
     let child = Command::new("journalctl")
         .args(["--no-pager", "--output=json", "--all"])
         .arg(format!("MYJOB_JOB_ID={id}"))
+        .arg(format!("MYJOB_DATABASE={database}"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         // Its hints (a user who may read only their own journal) go straight to the user.
@@ -43,6 +50,7 @@ pub fn run(id: u64) -> Result<(), Error> {
     };
     // Entry by entry: a job with many attempts may have many thousands of lines.
     let mut printed = 0u64;
+    let mut closed = false;
     let mut out = std::io::stdout().lock();
     if let Some(entries) = child.stdout.take() {
         for entry in BufReader::new(entries).split(b'\n').map_while(Result::ok) {
@@ -53,11 +61,13 @@ pub fn run(id: u64) -> Result<(), Error> {
                 Ok(()) => printed += 1,
                 // `myjob show 42 --log | head`: the reader has what it wanted.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    closed = true;
                     let _ = child.kill();
                     break;
                 }
                 Err(e) => {
                     let _ = child.kill();
+                    let _ = child.wait();
                     return Err(Error::new(ExitCode::Software, anyhow!("job {id}: {e}")));
                 }
             }
@@ -65,6 +75,8 @@ pub fn run(id: u64) -> Result<(), Error> {
     }
     let status = child.wait();
     match status {
+        // Killed by us: the reader had what it wanted.
+        _ if closed => Ok(()),
         Ok(status) if !status.success() && printed == 0 => Err(Error::new(
             ExitCode::Unavailable,
             anyhow!("job {id}: journalctl {status}"),

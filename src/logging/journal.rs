@@ -5,10 +5,10 @@
 //!
 //! `MESSAGE` is the very text a line on stderr would carry (the message and the event's
 //! fields as `key=value`), so `journalctl -u myjob@1` reads as before. Beside it: `PRIORITY`
-//! from the level, `SYSLOG_IDENTIFIER=myjob`, `MYJOB_INSTANCE`, a `MESSAGE_ID` for the kinds
-//! of event operators search for (see [`message_id`]), and every field of the event and of the
-//! spans it is in (a job's span: its id, queue, attempt and batch) as `MYJOB_<NAME>`, the
-//! innermost value of a name winning.
+//! from the level, `SYSLOG_IDENTIFIER=myjob`, `MYJOB_INSTANCE` and `MYJOB_DATABASE`, a
+//! `MESSAGE_ID` for the kinds of event operators search for (see [`message_id`]), and every
+//! field of the event and of the spans it is in (a job's span: its id, queue, attempt and
+//! batch) as `MYJOB_<NAME>`, the innermost value of a name winning.
 //!
 //! Not `tracing-journald`: it writes on a blocking socket and drops an entry silently when
 //! the write fails, and its `MESSAGE` is the message alone. Here the socket does not block:
@@ -34,7 +34,7 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
-use super::message_id;
+use super::{database, message_id};
 
 /// Where journald takes native entries.
 pub const SOCKET: &str = "/run/systemd/journal/socket";
@@ -48,6 +48,12 @@ pub struct JournalLayer {
     /// Where an entry journald cannot take goes, as a `<N>`-prefixed line: to the thread
     /// that writes them to stderr.
     fallback: SyncSender<Fallback>,
+}
+
+thread_local! {
+    /// Set on the stderr thread: an event it logged itself (nothing does today) is written
+    /// in place, rather than queued behind itself.
+    static IN_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Lines that may wait for stderr before a thread that logs one more waits too.
@@ -72,6 +78,7 @@ fn writer(write: impl Fn(&[u8]) + Send + 'static) -> SyncSender<Fallback> {
     let spawned = std::thread::Builder::new()
         .name("myjob-log".into())
         .spawn(move || {
+            IN_WRITER.with(|w| w.set(true));
             for item in rx {
                 match item {
                     Fallback::Line(line) => write(&line),
@@ -94,9 +101,24 @@ fn writer(write: impl Fn(&[u8]) + Send + 'static) -> SyncSender<Fallback> {
 /// Waits, at most `limit`, until every line handed to `fallback` so far is written: before
 /// the process exits, which would lose them.
 pub fn flush(fallback: &SyncSender<Fallback>, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
     let (done, wait) = sync_channel(1);
-    if fallback.send(Fallback::Flush(done)).is_ok() {
-        let _ = wait.recv_timeout(limit);
+    let mut ask = Fallback::Flush(done);
+    // Never a blocking send: a full queue behind a stalled stderr must not hold the exit.
+    let asked = loop {
+        match fallback.try_send(ask) {
+            Ok(()) => break true,
+            Err(TrySendError::Disconnected(_)) => return,
+            Err(TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
+                ask = back;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(TrySendError::Full(_)) => break false,
+        }
+    };
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if !asked || wait.recv_timeout(left).is_err() {
+        to_stderr(b"<4>log: exiting with lines journald could not take still unwritten\n");
     }
 }
 
@@ -186,16 +208,26 @@ where
                 }
             }
         }
+        let mut own = Vec::with_capacity(2);
+        if let Some(instance) = &self.instance {
+            own.push(("MYJOB_INSTANCE", instance.as_str()));
+        }
+        if let Some(database) = database() {
+            own.push(("MYJOB_DATABASE", database));
+        }
         let entry = encode(
             priority,
             &message,
             message_id(event.metadata().target()),
-            self.instance.as_deref(),
+            &own,
             &fields,
         );
         if self.send(&entry).is_err() {
-            let line = Fallback::Line(format!("<{priority}>{message}\n").into_bytes());
-            match self.fallback.try_send(line) {
+            let line = format!("<{priority}>{message}\n").into_bytes();
+            if IN_WRITER.with(|w| w.get()) {
+                return to_stderr(&line);
+            }
+            match self.fallback.try_send(Fallback::Line(line)) {
                 Ok(()) => {}
                 // BACKLOG lines wait already: this thread waits its turn.
                 Err(TrySendError::Full(line)) => {
@@ -224,7 +256,7 @@ pub fn encode(
     priority: u8,
     message: &str,
     message_id: Option<&str>,
-    instance: Option<&str>,
+    own: &[(&str, &str)],
     fields: &[(String, String)],
 ) -> Vec<u8> {
     let mut entry = Vec::with_capacity(256 + message.len());
@@ -234,8 +266,8 @@ pub fn encode(
     if let Some(id) = message_id {
         put(&mut entry, "MESSAGE_ID", id);
     }
-    if let Some(instance) = instance {
-        put(&mut entry, "MYJOB_INSTANCE", instance);
+    for (name, value) in own {
+        put(&mut entry, name, value);
     }
     let mut name = String::new();
     for (field, value) in fields {
@@ -248,7 +280,7 @@ pub fn encode(
         }));
         // Journal field names are at most 64 characters; a longer one is dropped rather than
         // have journald drop the entry.
-        if name.len() <= 64 && name != "MYJOB_INSTANCE" {
+        if name.len() <= 64 && !own.iter().any(|(n, _)| *n == name) {
             put(&mut entry, &name, value);
         }
     }
@@ -330,7 +362,7 @@ mod tests {
             3,
             "one\ntwo",
             None,
-            Some("7"),
+            &[("MYJOB_INSTANCE", "7")],
             &[("job_id".into(), "42".into())],
         );
         let fields = decode(&entry);

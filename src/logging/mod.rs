@@ -90,14 +90,28 @@ pub fn job_span(job_id: u64, queue: &str, attempt: u32, batch_id: Option<u64>) -
     )
 }
 
+/// The database this instance serves, once its config is read (see [`set_database`]).
+static DATABASE: OnceLock<String> = OnceLock::new();
+
+/// From now on every journal entry carries `MYJOB_DATABASE=name`, which `myjob show --log`
+/// matches beside the job's id: two databases served from one host have jobs of the same ids.
+/// Set once; a reload does not change the database.
+pub fn set_database(name: &str) {
+    let _ = DATABASE.set(name.to_owned());
+}
+
+fn database() -> Option<&'static str> {
+    DATABASE.get().map(String::as_str)
+}
+
 /// The journal layer's stderr thread, when the journal is in use (see [`flush`]).
 static FALLBACK: OnceLock<SyncSender<journal::Fallback>> = OnceLock::new();
 
-/// Before the process exits: waits (a second at most) for the lines journald could not take
-/// to be written to stderr.
+/// Before the process exits: waits (5 s at most) for the lines journald could not take to be
+/// written to stderr.
 pub fn flush() {
     if let Some(fallback) = FALLBACK.get() {
-        journal::flush(fallback, Duration::from_secs(1));
+        journal::flush(fallback, Duration::from_secs(5));
     }
 }
 

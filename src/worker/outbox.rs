@@ -203,7 +203,9 @@ async fn write_or_fail(
         Ok(unwritten) => {
             // Said once the failure is written, the only time it is final: a write cut short
             // comes back here, and a claim put back meanwhile runs the job again.
-            if !unwritten.lost.contains(&(c.job_id, c.batch_id)) {
+            if !unwritten.lost.contains(&(c.job_id, c.batch_id))
+                && !unwritten.finished.contains(&c.job_id)
+            {
                 span.in_scope(|| {
                     error!(
                         target: "myjob::msg::failed",

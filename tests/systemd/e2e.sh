@@ -6,7 +6,9 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
 BIN=${1:?usage: e2e.sh PATH/TO/myjob}
-DB=myjob_e2e
+# A database of this run's own: the journal keeps earlier runs' lines, and their jobs had the
+# same ids.
+DB=myjob_e2e_$(date +%s)
 SQL() { mariadb "$DB" -N -B -e "$1"; }
 sd() { "$HERE/run-in-systemd.sh" "$@"; }
 pass=0 fail=0
@@ -30,7 +32,8 @@ trap '"$HERE/boot-systemd.sh" down' EXIT
 
 # ---- the database: its own schema and a least-privilege account
 PW=e2e-$RANDOM$RANDOM
-mariadb -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB" || die "cannot create $DB"
+for old in $(mariadb -N -B -e "SHOW DATABASES LIKE 'myjob\_e2e%'"); do mariadb -e "DROP DATABASE \`$old\`"; done
+mariadb -e "CREATE DATABASE $DB" || die "cannot create $DB"
 
 # ---- install as a user would: binary, unit, user, config with the password in a file
 sd systemctl stop 'myjob@*' >/dev/null 2>&1
@@ -175,6 +178,7 @@ check "MYJOB_JOB_ID=$prefix does not match job $story" test "$(entries MYJOB_JOB
 check "journalctl MYJOB_QUEUE=story -p warning: the failure only" test "$(entries MYJOB_QUEUE=story -p warning | cut -f7 | sed 's/ job_id.*//')" = "job failed, will retry: attempt 1 of 3: exit status 1; stderr: story: attempt 1 fails on instance 1"
 log=$(sd /usr/local/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log)
 echo "$log" | sed 's/^/    /'
+check "myjob show --log: this run's story only (MYJOB_DATABASE), as many lines" test "$(wc -l <<<"$log")" = "$(wc -l <<<"$st")"
 check "myjob show --log: the story, both units" grep -qzP "myjob@1.service warn  job failed, will retry.*\n(.*\n)*.*myjob@2.service info  job done job_id=$story attempt=2" <<<"$log"
 check "journalctl MESSAGE_ID=<failed for good> finds the failed job" grep -q "job failed: attempt 1 of 1: exit status 1; stderr: e2e handler failure for job $failing" <<<"$(entries MESSAGE_ID="$FAILED_ID" | cut -f7)"
 started() { [ "$(entries MESSAGE_ID="$STARTED_ID" | cut -f1 | sort | uniq -c | awk '{print $1 $2}' | tr '\n' ' ')" = "2myjob@1.service 2myjob@2.service " ]; }
