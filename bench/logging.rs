@@ -6,12 +6,7 @@ use crate::harness::{mark, median, Bench};
 
 impl Bench {
     pub(crate) async fn logging_item(&mut self) {
-        let smoke = self.size.jobs < 1000;
-        let (pairs, jobs) = if smoke {
-            (1, self.size.jobs)
-        } else {
-            (7, self.size.jobs * 5 / 2)
-        };
+        let (pairs, jobs) = self.turns();
         let (mut info, mut warn, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for pair in 1..=pairs {
             // The order swapped at each pair, for the reason item 15 gives.

@@ -34,13 +34,7 @@ impl Bench {
     /// serving 10 queues, each with jobs done.
     pub(crate) async fn metrics_item(&mut self) {
         let smoke = self.size.jobs < 1000;
-        // Longer runs than the other items' (about 6 s of no-op jobs each): a 2 % difference
-        // is under the noise of a 2 s run.
-        let (pairs, jobs) = if smoke {
-            (1, self.size.jobs)
-        } else {
-            (7, self.size.jobs * 5 / 2)
-        };
+        let (pairs, jobs) = self.turns();
         let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         let (mut cpu_off, mut cpu_on, mut cpu_ratios) = (Vec::new(), Vec::new(), Vec::new());
         let mut scrapes = 0;
@@ -100,6 +94,17 @@ impl Bench {
             p99 / BUDGET_MS,
             mark(p99 < BUDGET_MS)
         ));
+    }
+
+    /// How many pairs of runs an in-turns comparison makes, and of how many no-op jobs each:
+    /// longer runs than the other items' (about 6 s each), since a 2 % difference is under
+    /// the noise of a 2 s run.
+    pub(crate) fn turns(&self) -> (usize, usize) {
+        if self.size.jobs < 1000 {
+            (1, self.size.jobs)
+        } else {
+            (7, self.size.jobs * 5 / 2)
+        }
     }
 
     /// One run of `jobs` no-op jobs, 1 instance × 8, with metrics on (and a scrape every
