@@ -24,7 +24,7 @@ wait_count() {
 R=$("$SD/boot-systemd.sh" rootfs)
 trap '"$SD/boot-systemd.sh" down >/dev/null' EXIT
 sd systemctl stop 'myjob@*' >/dev/null 2>&1 || true
-install -m 755 "$BIN" "$R/usr/local/bin/myjob"
+install -m 755 "$BIN" "$R/usr/bin/myjob"
 install -m 644 "$TOP/systemd/myjob@.service" "$R/etc/systemd/system/myjob@.service"
 rm -rf "$R"/etc/systemd/system/myjob@*.service.d
 sd sh -c 'id myjob >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin myjob'
