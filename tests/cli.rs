@@ -303,3 +303,60 @@ async fn human_output_carries_no_terminal_controls() {
     assert_eq!(doc["unique_key"], "key\x1b]0;title\x07\r");
     assert_eq!(doc["queue"], "q\x1b[31mred");
 }
+
+/// `myjob generate` (the package's man pages and completions): a page per visible command and
+/// one for the config, none for the hidden ones; a completion per shell; a bad directory is
+/// a one-line usage error.
+#[test]
+fn generate_writes_the_man_pages_and_completions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = myjob(&["generate", "man", d], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut pages: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    pages.sort();
+    for page in [
+        "myjob.1",
+        "myjob-run.1",
+        "myjob-enqueue.1",
+        "myjob-lock.1",
+        "myjob.toml.5",
+    ] {
+        assert!(pages.iter().any(|p| p == page), "{page} missing: {pages:?}");
+    }
+    assert!(
+        !pages
+            .iter()
+            .any(|p| p.contains("guard") || p.contains("generate")),
+        "{pages:?}"
+    );
+    let run = std::fs::read_to_string(dir.path().join("myjob-run.1")).unwrap();
+    assert!(run.contains("instance"), "{run}");
+
+    for (shell, marker) in [
+        ("bash", "_myjob()"),
+        ("zsh", "#compdef myjob"),
+        ("fish", "complete -c myjob"),
+    ] {
+        let out = myjob(&["generate", "completions", shell], b"");
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(script.contains("check-config"), "{shell}");
+    }
+
+    let missing = dir.path().join("no/such/dir");
+    let out = myjob(&["generate", "man", missing.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        error_line(&out).starts_with(&format!(
+            "{}: cannot write the man pages",
+            missing.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+}

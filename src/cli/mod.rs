@@ -13,6 +13,8 @@ use crate::store::schema;
 use crate::{db, enqueue, logging};
 
 mod cancel;
+mod config_page;
+mod generate;
 mod list;
 mod lock;
 mod pause;
@@ -114,6 +116,12 @@ enum Command {
     Guard {
         /// The worker's MYJOB_RUN_ID.
         run_id: String,
+    },
+    /// Write the man pages or a shell's completions (for packagers).
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: generate::What,
     },
 }
 
@@ -263,6 +271,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
         Command::Pause { queue } => pause::pause(&cli.config, &queue).await,
         Command::Resume { queue } => pause::resume(&cli.config, &queue).await,
         Command::Purge(args) => purge::run(&cli.config, args).await,
+        Command::Generate { what } => generate::run(what),
         Command::Guard { run_id } => {
             crate::worker::guard::serve(&run_id);
             Ok(())

@@ -1,0 +1,43 @@
+//! `myjob generate` (hidden; for packagers): the man pages and shell completions, made from the
+//! clap definitions that also print `--help`, so that neither can drift from it.
+//! `pkg/build-deb.sh` runs it to fill the package.
+
+use std::path::PathBuf;
+
+use clap::{CommandFactory, Subcommand};
+use clap_complete::Shell;
+
+use crate::error::{Error, ExitCode, OrExit};
+
+#[derive(Subcommand, Debug)]
+pub enum What {
+    /// Write myjob.1, one page per subcommand (myjob-run.1, …) and myjob.toml.5 into DIR.
+    Man {
+        /// The directory, which must exist.
+        dir: PathBuf,
+    },
+    /// Write SHELL's completion script to stdout.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: Shell,
+    },
+}
+
+pub fn run(what: What) -> Result<(), Error> {
+    let cmd = super::Cli::command();
+    match what {
+        // Hidden subcommands (guard, generate) get no page.
+        What::Man { dir } => clap_mangen::generate_to(cmd, &dir)
+            .and_then(|()| {
+                let page = super::config_page::render(env!("CARGO_PKG_VERSION"));
+                std::fs::write(dir.join("myjob.toml.5"), page)
+            })
+            .map_err(|e| anyhow::anyhow!("{}: cannot write the man pages: {e}", dir.display()))
+            .or_exit(ExitCode::Usage),
+        What::Completions { shell } => {
+            let mut cmd = cmd;
+            clap_complete::generate(shell, &mut cmd, "myjob", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
