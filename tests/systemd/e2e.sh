@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of systemd/myjob@.service under a real systemd (booted by boot-systemd.sh):
-# install as a user would, start two instances, follow the journal, reload, stop, kill -9 and
+# installed by hand (package.sh tests the package), start two instances, follow the journal, reload, stop, kill -9 and
 # the restart, and the watchdog. Usage: e2e.sh PATH/TO/myjob. Prints 'N passed, N failed'.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -9,21 +9,11 @@ BIN=${1:?usage: e2e.sh PATH/TO/myjob}
 # A database of this run's own: the journal keeps earlier runs' lines, and their jobs had the
 # same ids.
 DB=myjob_e2e_$(date +%s)
-SQL() { mariadb "$DB" -N -B -e "$1"; }
-sd() { "$HERE/run-in-systemd.sh" "$@"; }
-pass=0 fail=0
-ok() { echo "PASS: $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-wait_for() { local t=$1; shift; local i; for i in $(seq 1 $((t * 10))); do "$@" && return 0; sleep 0.1; done; return 1; }
+. "$HERE/common.sh"
 # This run's journal only: the rootfs keeps the journal of earlier runs, and the container's
 # boot id is the host's, so `-b` does not tell them apart.
 journal() { sd journalctl --since="@$T0" -u "$1" --no-pager -o cat "${@:2}"; }
 lacks() { ! grep -qE "$1"; }
-prop() { sd systemctl show -p "$2" --value "$1"; }
-count() { SQL "SELECT COUNT(*) FROM myjob_jobs WHERE $1"; }
-count_is() { [ "$(count "$1")" = "$2" ]; }
-die() { echo "FAIL: setup: $*"; echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 
 "$HERE/boot-systemd.sh" up || { echo "0 passed, 1 failed"; exit 1; }
 R=$("$HERE/boot-systemd.sh" rootfs)
@@ -35,9 +25,10 @@ PW=e2e-$RANDOM$RANDOM
 for old in $(mariadb -N -B -e "SHOW DATABASES LIKE 'myjob\_e2e%'"); do mariadb -e "DROP DATABASE \`$old\`"; done
 mariadb -e "CREATE DATABASE $DB" || die "cannot create $DB"
 
-# ---- install as a user would: binary, unit, user, config with the password in a file
+# ---- installed by hand (package.sh installs the package): binary, unit, user, config with
+# the password in a file
 sd systemctl stop 'myjob@*' >/dev/null 2>&1
-install -m 755 "$BIN" "$R/usr/local/bin/myjob"
+install -m 755 "$BIN" "$R/usr/bin/myjob"
 install -m 644 "$TOP/systemd/myjob@.service" "$R/etc/systemd/system/myjob@.service"
 # Drop-ins of an earlier run (the rootfs is kept).
 rm -rf "$R"/etc/systemd/system/myjob@*.service.d "$R/etc/systemd/journald.conf.d/e2e-ratelimit.conf"
@@ -92,17 +83,11 @@ admin=$(mktemp)
 printf '[database]\nurl = "mysql://root@localhost/%s?socket=/run/mysqld/mysqld.sock"\n' "$DB" > "$admin"
 "$BIN" --config "$admin" migrate >/dev/null || die "migrate"
 rm -f "$admin"
-mariadb <<SQL_END || die "cannot create the worker account"
-DROP USER IF EXISTS 'myjob_e2e'@'127.0.0.1';
-CREATE USER 'myjob_e2e'@'127.0.0.1' IDENTIFIED BY '$PW';
-GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_jobs TO 'myjob_e2e'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_servers TO 'myjob_e2e'@'127.0.0.1';
-GRANT SELECT ON $DB.myjob_schema_migrations TO 'myjob_e2e'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE ON $DB.myjob_queues TO 'myjob_e2e'@'127.0.0.1';
-GRANT PROCESS ON *.* TO 'myjob_e2e'@'127.0.0.1';
-SQL_END
+worker_account myjob_e2e "$PW" || die "cannot create the worker account"
 
-out=$(sd systemd-analyze verify /etc/systemd/system/myjob@.service 2>&1)
+# Installed by hand, without the man pages that Documentation= names (package.sh verifies the
+# packaged unit with them).
+out=$(sd systemd-analyze verify --man=no /etc/systemd/system/myjob@.service 2>&1)
 check "systemd-analyze verify myjob@.service prints nothing" test -z "$out" -a $? = 0
 [ -z "$out" ] || echo "$out" | sed 's/^/    /'
 # journald's own rate limit set far below what 400 jobs log: the unit's limit must keep every
@@ -176,7 +161,7 @@ check "every line that names the job is found by MYJOB_JOB_ID" \
 prefix=${story%?}
 check "MYJOB_JOB_ID=$prefix does not match job $story" test "$(entries MYJOB_JOB_ID="$prefix" | awk -F'\t' -v p="$prefix" '$2 != p || /story/' | wc -l)" = 0
 check "journalctl MYJOB_QUEUE=story -p warning: the failure only" test "$(entries MYJOB_QUEUE=story -p warning | cut -f7 | sed 's/ job_id.*//')" = "job failed, will retry: attempt 1 of 3: exit status 1; stderr: story: attempt 1 fails on instance 1"
-log=$(sd /usr/local/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log)
+log=$(sd /usr/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log)
 echo "$log" | sed 's/^/    /'
 check "myjob show --log: this run's story only (MYJOB_DATABASE), as many lines" test "$(wc -l <<<"$log")" = "$(wc -l <<<"$st")"
 check "myjob show --log: the story, both units" grep -qzP "myjob@1.service warn  job failed, will retry.*\n(.*\n)*.*myjob@2.service info  job done job_id=$story attempt=2" <<<"$log"
