@@ -4,7 +4,7 @@
 # template unit, the myjob system user (sysusers.d), /etc/myjob/myjob.toml as a conffile, the
 # man pages and bash, zsh and fish completions made by `myjob generate` from the same clap
 # definitions as --help, the README and the examples. Prints the package's path.
-#   pkg/build-deb.sh [cargo-deb options], e.g. --deb-version 0.1.0-2 for a test upgrade.
+#   pkg/build-deb.sh [cargo-deb options], e.g. --deb-revision 99 --output DIR for a test upgrade.
 # Installs cargo-deb (with cargo) the first time. Run from anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -212,6 +212,10 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
     let out = myjob(&["--config", c, "run"], b"");
     assert_eq!(out.status.code(), Some(78));
     assert!(error_line(&out).contains("run `myjob migrate` first"));
+    // migrate --check says the same, and changes nothing.
+    let out = myjob(&["--config", c, "migrate", "--check"], b"");
+    assert_eq!(out.status.code(), Some(78));
+    assert!(error_line(&out).contains("run `myjob migrate` first"));
 
     let first = myjob(&["--config", c, "migrate"], b"");
     assert!(first.status.success(), "{}", stderr(&first));
@@ -221,6 +225,8 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
     );
     let second = myjob(&["--config", c, "migrate"], b"");
     assert!(String::from_utf8_lossy(&second.stdout).contains("schema is up to date"));
+    let check = myjob(&["--config", c, "migrate", "--check"], b"");
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
     let mut conn = db.conn().await;
     let n: Option<u64> = conn
         .query_first("SELECT COUNT(*) FROM myjob_schema_migrations")
@@ -233,11 +239,16 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
     )
     .await
     .unwrap();
-    let out = myjob(&["--config", c, "run"], b"");
-    assert_eq!(out.status.code(), Some(78));
-    assert!(error_line(&out).contains("newer than this myjob knows"));
+    for cmd in [&["run"][..], &["migrate", "--check"]] {
+        let out = myjob(&[&["--config", c][..], cmd].concat(), b"");
+        assert_eq!(out.status.code(), Some(78), "{cmd:?}");
+        assert!(
+            error_line(&out).contains("newer than this myjob knows"),
+            "{cmd:?}"
+        );
+    }
 
-    // The database unreachable: enqueue and migrate say so with 69.
+    // The database unreachable: enqueue and migrate (--check too) say so with 69.
     let port = db
         .url
         .split('@')
@@ -255,6 +266,8 @@ async fn migrate_twice_does_nothing_and_run_refuses_a_wrong_schema() {
         line.starts_with("database mysql://") && line.contains(": cannot connect: "),
         "{line}"
     );
+    let out = myjob(&["--config", c, "migrate", "--check"], b"");
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
 }
 
 /// Text from the database (a queue name, a unique key, a worker, an error) reaches the
@@ -346,6 +359,10 @@ fn generate_writes_the_man_pages_and_completions() {
         let script = String::from_utf8(out.stdout).unwrap();
         assert!(script.contains(marker), "{shell}: {script}");
         assert!(script.contains("check-config"), "{shell}");
+        assert!(
+            !script.contains("guard") && !script.contains("generate"),
+            "{shell}: a hidden subcommand is offered"
+        );
     }
 
     let missing = dir.path().join("no/such/dir");

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clap::{CommandFactory, Subcommand};
+use clap::{Command, CommandFactory, Subcommand};
 use clap_complete::Shell;
 
 use crate::error::{Error, ExitCode, OrExit};
@@ -35,9 +35,26 @@ pub fn run(what: What) -> Result<(), Error> {
             .map_err(|e| anyhow::anyhow!("{}: cannot write the man pages: {e}", dir.display()))
             .or_exit(ExitCode::Usage),
         What::Completions { shell } => {
-            let mut cmd = cmd;
+            let mut cmd = without_hidden(&cmd);
             clap_complete::generate(shell, &mut cmd, "myjob", &mut std::io::stdout());
             Ok(())
         }
     }
+}
+
+/// The command as a user sees it: clap_complete's scripts would offer hidden subcommands
+/// (guard, generate) beside the others, which clap_mangen and --help leave out.
+fn without_hidden(cmd: &Command) -> Command {
+    let mut visible = Command::new(cmd.get_name().to_owned()).args(cmd.get_arguments().cloned());
+    if let Some(about) = cmd.get_about() {
+        visible = visible.about(about.clone());
+    }
+    if let Some(version) = cmd.get_version() {
+        visible = visible.version(version.to_owned());
+    }
+    visible.subcommands(
+        cmd.get_subcommands()
+            .filter(|sub| !sub.is_hide_set())
+            .map(without_hidden),
+    )
 }

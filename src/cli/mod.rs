@@ -42,7 +42,13 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Create or upgrade the myjob tables; running it again does nothing.
-    Migrate,
+    Migrate {
+        /// Change nothing: exit 0 if the schema is the one this myjob needs, 78 if it is
+        /// not (saying why), 69 if the database cannot be reached. The package's upgrade
+        /// restarts the running instances only after this passes.
+        #[arg(long)]
+        check: bool,
+    },
     /// Add a job and print its id.
     Enqueue(EnqueueArgs),
     /// Run the worker: claim jobs and run their handlers until SIGTERM or SIGINT (SIGHUP reloads the config).
@@ -220,7 +226,16 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
             );
             Ok(())
         }
-        Command::Migrate => {
+        Command::Migrate { check: true } => {
+            let (_, conn) = open(&cli.config).await?;
+            let _ = conn.disconnect().await;
+            println!(
+                "schema is at version {}, as this myjob needs",
+                schema::latest()
+            );
+            Ok(())
+        }
+        Command::Migrate { check: false } => {
             let settings = Settings::load(&cli.config).or_exit(ExitCode::Config)?;
             let mut conn = db::connect(&settings.database)
                 .await

@@ -43,8 +43,8 @@ check "/etc/myjob/myjob.toml is 640 root:myjob" test "$(sd stat -c '%a %U %G' /e
 check "/etc/myjob/myjob.toml is a conffile" grep -qx '/etc/myjob/myjob.toml' "$R/var/lib/dpkg/info/myjob.conffiles"
 check "the unit in /usr/lib/systemd/system, disabled" test "$(sd systemctl is-enabled myjob@1.service)" = disabled
 check "no instance running after the install" test -z "$(sd systemctl list-units --no-legend --state=active 'myjob@*')"
-out=$(sd systemd-analyze verify myjob@.service 2>&1)
-check "systemd-analyze verify myjob@.service prints nothing (man pages found)" test -z "$out"
+out=$(sd systemd-analyze verify myjob@.service 2>&1); rc=$?
+check "systemd-analyze verify myjob@.service prints nothing (man pages found)" test -z "$out" -a "$rc" = 0
 [ -z "$out" ] || echo "$out" | sed 's/^/    /'
 exposure=$(sd systemd-analyze security --no-pager myjob@1.service | sed -n 's/.*Overall exposure level for myjob@1.service: \([0-9.]*\).*/\1/p')
 echo "    systemd-analyze security myjob@1.service: exposure $exposure"
@@ -69,6 +69,8 @@ rm -rf "$R/var/lib/myjob-pkg"; install -d -m 755 "$R/var/lib/myjob-pkg"; sd chow
 # Per job, shell.
 cat > "$R$L/shell.sh" <<'EOF'
 #!/bin/sh
+p=$(cat)
+case "$p" in sleep:*) sleep "${p#sleep:}" ;; esac
 echo "shell $MYJOB_JOB_ID" >> /var/lib/myjob-pkg/runs
 EOF
 # Persistent, PHP with the helper, starting a child process.
@@ -248,26 +250,52 @@ check "60-egress.conf: a datagram to an address not allowed fails with EPERM" \
 check "70-no-jit.conf: restart" dropin 70-no-jit.conf
 run_jobs "70-no-jit.conf" shell python
 SQL "INSERT INTO myjob_jobs (queue, payload) VALUES ('node', 'no jit')"
-check "70-no-jit.conf: Node cannot start, as its comment says (the job fails)" wait_for 30 count_is "queue = 'node' AND payload = 'no jit' AND status = 'failed'" 1
+check "70-no-jit.conf: Node cannot start, as its comment says (the job fails)" \
+  wait_for 30 count_is "queue = 'node' AND payload = 'no jit' AND status = 'failed' AND last_error LIKE '%did not start%'" 1
 check "the shipped unit again" dropin
 
-# ---- an upgrade restarts the running instances, and keeps the edited config and its modes
-pid1=$(prop myjob@1 MainPID) pid2=$(prop myjob@2 MainPID)
-check "dpkg -i a newer version" sd dpkg -i /root/myjob-newer.deb
-check "myjob@1 and myjob@2 restarted (new MainPIDs), active" \
-  test "$(prop myjob@1 ActiveState)/$(prop myjob@2 ActiveState)" = active/active -a "$(prop myjob@1 MainPID)" != "$pid1" -a "$(prop myjob@2 MainPID)" != "$pid2"
-check "the edited config kept" cmp -s "$R/etc/myjob/myjob.toml" "$R/root/myjob.toml.edited"
-check "the config still 640 root:myjob" test "$(sd stat -c '%a %U %G' /etc/myjob/myjob.toml)" = "640 root myjob"
+# ---- an upgrade while the schema does not fit the new binary (here: a database a version
+# ahead) leaves the running instances alone, and says why
+pids() { echo "$(prop myjob@1 MainPID) $(prop myjob@2 MainPID)"; }
+before=$(pids)
+SQL "UPDATE myjob_schema_migrations SET version = version + 1000 ORDER BY version DESC LIMIT 1"
+out=$(sd dpkg -i /root/myjob-newer.deb 2>&1); rc=$?
+check "dpkg -i a newer version, the schema not fitting it" test "$rc" = 0
+check "the instances not restarted (same MainPIDs), still active" \
+  test "$(pids)" = "$before" -a "$(prop myjob@1 ActiveState)/$(prop myjob@2 ActiveState)" = active/active
+grep '^myjob:' <<<"$out" | sed 's/^/    /'
+check "dpkg says why, and what to do" grep -q "running instances not restarted, they keep the old version: .*schema: the database is at version" <<<"$out"
+SQL "UPDATE myjob_schema_migrations SET version = version - 1000 ORDER BY version DESC LIMIT 1"
 check "the newer version installed" test "$(sd dpkg-query -W -f '${Version}' myjob)" = "$(dpkg-deb -f "$NEWER" Version)"
+
+# ---- with the schema fitting, an upgrade (here the same version again) restarts the running
+# instances, each draining its job in flight first; the edited config and its modes kept
+in_flight() {
+  SQL "INSERT INTO myjob_jobs (queue, payload) VALUES ('shell', 'sleep:3'); SELECT LAST_INSERT_ID()"
+}
+job=$(in_flight)
+wait_for 10 count_is "id = $job AND status = 'claimed'" 1 || bad "job $job was not claimed"
+check "dpkg -i the newer version again" sd dpkg -i /root/myjob-newer.deb
+after=$(pids)
+check "myjob@1 and myjob@2 restarted (new MainPIDs), active" \
+  test "${after% *}" != "${before% *}" -a "${after#* }" != "${before#* }" -a "$(prop myjob@1 ActiveState)/$(prop myjob@2 ActiveState)" = active/active
+check "the job in flight finished before the restart, in its first attempt" count_is "id = $job AND status = 'done' AND attempts = 1" 1
+check "the edited config kept" cmp -s "$R/etc/myjob/myjob.toml" "$R/root/myjob.toml.edited"
+check "the statoverrides kept" test "$(sd dpkg-statoverride --list '/etc/myjob*' | sort | tr '\n' ' ')" = "root myjob 640 /etc/myjob/myjob.toml root myjob 750 /etc/myjob "
 run_jobs "after the upgrade" shell php
 
 # ---- remove stops them; purge drops the statoverrides, keeps the user and the password
+check "systemctl enable myjob@1" sd systemctl enable --quiet myjob@1
+job=$(in_flight)
+wait_for 10 count_is "id = $job AND status = 'claimed'" 1 || bad "job $job was not claimed"
 check "dpkg -r myjob" sd dpkg -r myjob
 check "both instances stopped" test "$(prop myjob@1 ActiveState)/$(prop myjob@2 ActiveState)" = inactive/inactive
+check "the job in flight finished before the stop, in its first attempt" count_is "id = $job AND status = 'done' AND attempts = 1" 1
 check "the binary and the unit gone, the config kept" test ! -e "$R/usr/bin/myjob" -a ! -e "$R/usr/lib/systemd/system/myjob@.service" -a -e "$R/etc/myjob/myjob.toml"
 check "nothing left claimed or pending" count_is "status IN ('claimed', 'pending', 'scheduled')" 0
 check "dpkg -P myjob" sd dpkg -P myjob
 check "the statoverrides gone" test -z "$(sd dpkg-statoverride --list '/etc/myjob*')"
+check "the enabled instance's link gone" test -z "$(find "$R/etc/systemd/system" -name 'myjob@*')"
 check "the myjob user and the admin's password file kept" sd sh -c 'id myjob >/dev/null && test -e /etc/myjob/db-password'
 check "no dpkg state of myjob left" test -z "$(sd dpkg-query -W -f '${db:Status-Status}' myjob 2>/dev/null | grep -v not-installed)"
 
