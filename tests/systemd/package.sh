@@ -264,7 +264,7 @@ check "dpkg -i a newer version, the schema not fitting it" test "$rc" = 0
 check "the instances not restarted (same MainPIDs), still active" \
   test "$(pids)" = "$before" -a "$(prop myjob@1 ActiveState)/$(prop myjob@2 ActiveState)" = active/active
 grep '^myjob:' <<<"$out" | sed 's/^/    /'
-check "dpkg says why, and what to do" grep -q "running instances not restarted, they keep the old version: .*schema: the database is at version" <<<"$out"
+check "dpkg says why, and what to do" grep -q "^myjob: running instances not restarted, they keep the old version: schema: the database is at version [0-9]*, newer than this myjob knows" <<<"$out"
 SQL "UPDATE myjob_schema_migrations SET version = version - 1000 ORDER BY version DESC LIMIT 1"
 check "the newer version installed" test "$(sd dpkg-query -W -f '${Version}' myjob)" = "$(dpkg-deb -f "$NEWER" Version)"
 
