@@ -18,9 +18,9 @@ T0=$(date +%s)
 trap '"$HERE/boot-systemd.sh" down' EXIT
 
 # ---- the handlers' languages, and man, in the container (once: the rootfs is kept)
-if ! sd sh -c 'command -v php && command -v python3 && command -v node && command -v man && test -d /usr/share/bash-completion' >/dev/null; then
-  echo "package: installing php-cli, python3, nodejs, man-db and bash-completion in the container" >&2
-  sd sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends php-cli python3 nodejs man-db bash-completion >/dev/null' \
+if ! sd sh -c 'command -v php && command -v python3 && command -v node && command -v man && command -v zsh && command -v fish && test -d /usr/share/bash-completion' >/dev/null; then
+  echo "package: installing php-cli, python3, nodejs, man-db and the shells' completion in the container" >&2
+  sd sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends php-cli python3 nodejs man-db bash-completion zsh fish >/dev/null' \
     || die "cannot install the handlers' languages in the container"
 fi
 
@@ -54,6 +54,9 @@ check "man myjob-run" sd sh -c 'man myjob-run 2>/dev/null | grep -q -- "--instan
 check "man myjob.toml: every table of the config" sd sh -c 'p=$(man 5 myjob.toml 2>/dev/null); for t in "[database]" "[worker]" "[reaper]" "[retention]" "[metrics]" "[[queue]]"; do echo "$p" | grep -qxF "$t" || exit 1; done'
 check "the bash completion loads and completes subcommands" \
   sd bash -c 'source /usr/share/bash-completion/bash_completion; source /usr/share/bash-completion/completions/myjob; COMP_WORDS=(myjob re); COMP_CWORD=1; COMP_LINE="myjob re"; COMP_POINT=8; _myjob myjob re myjob; printf "%s\n" "${COMPREPLY[@]}" | sort | tr "\n" " " | grep -qx "resume retry "'
+check "the fish completion completes subcommands" test "$(sd fish -c 'complete -C "myjob re"' | cut -f1 | tr '\n' ' ')" = "resume retry "
+check "the zsh completion is found by compinit" \
+  test "$(sd zsh -fc 'fpath=(/usr/share/zsh/vendor-completions $fpath); autoload -U compinit; compinit -u -D; print -r -- $_comps[myjob]')" = _myjob
 check "myjob --version" test "$(sd myjob --version)" = "myjob $(grep -m1 '^version' "$TOP/Cargo.toml" | cut -d'"' -f2)"
 
 # ---- the database, and the config as the admin edits it
