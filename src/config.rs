@@ -151,6 +151,8 @@ struct RawQueue {
     persistent: bool,
     max_jobs_per_process: Option<i64>,
     idle_timeout: Option<String>,
+    rate_limit: Option<String>,
+    rate_burst: Option<i64>,
 }
 
 // ---- the validated settings ----------------------------------------------------------------
@@ -320,6 +322,20 @@ pub struct QueueSettings {
     /// `persistent = true`: one long-lived handler process per slot, jobs framed on its stdin
     /// (see `worker::process`). None: a process per job.
     pub persistent: Option<Persistent>,
+    /// `rate_limit`: how many of the queue's jobs may start per period, across every
+    /// instance and host. None: as many as there are slots for.
+    pub rate: Option<RateLimit>,
+}
+
+/// A queue's rate limit, as the generic cell rate algorithm keeps it (see
+/// `store::queues::reserve`): each start takes `interval_us` of a budget that refills with
+/// time and holds at most `burst` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// `rate_limit = "N/PERIOD"`: PERIOD / N, in microseconds; at least 1.
+    pub interval_us: u64,
+    /// `rate_burst`: how many jobs may start at once after a quiet spell (default N).
+    pub burst: u32,
 }
 
 /// How a persistent queue's processes are recycled.
@@ -530,7 +546,24 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
             }
             None
         };
+        let rate = match q.rate_limit.as_deref() {
+            None => {
+                if q.rate_burst.is_some() {
+                    return Err((key("rate_burst"), "applies only with a rate_limit".into()));
+                }
+                None
+            }
+            Some(text) => {
+                let (count, interval_us) = parse_rate(text).map_err(|m| (key("rate_limit"), m))?;
+                let burst = int_in(q.rate_burst, count.into(), 1, 1_000_000, &key("rate_burst"))?;
+                Some(RateLimit {
+                    interval_us,
+                    burst: burst as u32,
+                })
+            }
+        };
         queues.push(Arc::new(QueueSettings {
+            rate,
             persistent,
             timeout: duration_min(q.timeout, "5m", MIN_TIMEOUT, &key("timeout"))?,
             max_attempts: int_in(q.max_attempts, 10, 1, 1000, &key("max_attempts"))? as u32,
@@ -788,6 +821,23 @@ fn duration_min(
     Ok(d)
 }
 
+/// `"N/PERIOD"` (`"10/1s"`, `"600/1m"`): N from 1 to 1,000,000 starts per PERIOD of at
+/// least 1ms. Returns N and PERIOD / N in microseconds.
+pub fn parse_rate(text: &str) -> Result<(u32, u64), String> {
+    let form = || format!("{text:?} is not N/PERIOD, such as \"10/1s\" or \"600/1m\"");
+    let (count, period) = text.split_once('/').ok_or_else(form)?;
+    let count: u32 = count.trim().parse().map_err(|_| form())?;
+    if !(1..=1_000_000).contains(&count) {
+        return Err(format!("{text:?}: N must be 1 to 1000000"));
+    }
+    let period = parse_duration(period.trim()).map_err(|_| form())?;
+    if period < Duration::from_millis(1) {
+        return Err(format!("{text:?}: PERIOD must be at least 1ms"));
+    }
+    let interval_us = (period.as_micros() / u128::from(count)).max(1);
+    Ok((count, u64::try_from(interval_us).unwrap_or(u64::MAX)))
+}
+
 fn age(value: Option<String>, default: &str, key: &str) -> Result<Option<Duration>, Invalid> {
     parse_age(value.as_deref().unwrap_or(default)).map_err(|m| (key.to_owned(), m))
 }
@@ -847,6 +897,32 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_limit_is_an_interval_and_a_burst() {
+        let q = "[[queue]]\nname = \"a\"\ncommand = [\"/bin/true\"]\n";
+        let rate = |extra: &str| load_str(&format!("{MINIMAL}{q}{extra}")).unwrap().queues[0].rate;
+        assert_eq!(rate(""), None);
+        assert_eq!(
+            rate("rate_limit = \"600/1m\"\n"),
+            Some(RateLimit {
+                interval_us: 100_000,
+                burst: 600
+            })
+        );
+        assert_eq!(
+            rate("rate_limit = \"10 / 1s\"\nrate_burst = 1\n"),
+            Some(RateLimit {
+                interval_us: 100_000,
+                burst: 1
+            })
+        );
+        // Faster than one a microsecond: one a microsecond.
+        assert_eq!(
+            rate("rate_limit = \"1000000/1ms\"\n").unwrap().interval_us,
+            1
+        );
+    }
+
+    #[test]
     fn unknown_keys_name_their_table() {
         let e = load_str(&format!("{MINIMAL}[worker]\nconcurency = 3\n")).unwrap_err();
         assert!(
@@ -903,6 +979,30 @@ mod tests {
             (
                 format!("{MINIMAL}{q}persistent = true\nmax_jobs_per_process = 0\n"),
                 "queue[0].max_jobs_per_process",
+            ),
+            (
+                format!("{MINIMAL}{q}rate_limit = \"10\"\n"),
+                "queue[0].rate_limit",
+            ),
+            (
+                format!("{MINIMAL}{q}rate_limit = \"0/1s\"\n"),
+                "queue[0].rate_limit",
+            ),
+            (
+                format!("{MINIMAL}{q}rate_limit = \"10/0s\"\n"),
+                "queue[0].rate_limit",
+            ),
+            (
+                format!("{MINIMAL}{q}rate_limit = \"10/500us\"\n"),
+                "queue[0].rate_limit",
+            ),
+            (
+                format!("{MINIMAL}{q}rate_burst = 5\n"),
+                "queue[0].rate_burst",
+            ),
+            (
+                format!("{MINIMAL}{q}rate_limit = \"10/1s\"\nrate_burst = 0\n"),
+                "queue[0].rate_burst",
             ),
             (
                 format!("{MINIMAL}{q}persistent = true\nidle_timeout = \"0s\"\n"),

@@ -52,6 +52,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "lock_markers",
         include_str!("../../migrations/0009_lock_markers.sql"),
     ),
+    (
+        10,
+        "rate_limits",
+        include_str!("../../migrations/0010_rate_limits.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

@@ -30,6 +30,7 @@ use crate::worker::link::{Fresh, Link};
 use crate::worker::name::WorkerName;
 use crate::worker::outbox::Outbox;
 use crate::worker::prefetch::{Prefetch, Ready};
+use crate::worker::rate;
 use crate::worker::slots::{Finished, Slots};
 
 /// After a shutdown, how long myjob keeps trying to write the last outcomes.
@@ -87,6 +88,10 @@ pub struct Consumer {
     /// Running jobs whose claim was gone at a reconnect (see [`Consumer::adopt`]): their
     /// handlers were stopped, and their end is logged as that, not as an operator's cancel.
     lost: Vec<u64>,
+    /// Rate-limited queues whose budget ran out before their jobs did, and when it has a
+    /// start again: left out of the claims and the probe's answer until then, then claimed
+    /// at once (see [`rate::claim`]).
+    rate_wait: Vec<(String, Instant)>,
 }
 
 impl Consumer {
@@ -118,6 +123,7 @@ impl Consumer {
             unread: Vec::new(),
             next_stamp: now,
             lost: Vec::new(),
+            rate_wait: Vec::new(),
         }
     }
 
@@ -174,8 +180,11 @@ impl Consumer {
             }
             // Claim when the prefetch runs low, and while some queue has a backlog for at
             // least `least` jobs: fewer, fuller claims. At the poll, any free slot is worth one.
+            // A rate-limited queue whose budget has a start again: claimed now, whatever the
+            // prefetch's least, or a budget of one start at a time would wait for the poll.
+            let rate_due = self.rate_due(now);
             let backlog = !self.busy.is_empty();
-            let due = backlog && (poll || want.jobs >= want.least);
+            let due = backlog && (poll || rate_due || want.jobs >= want.least);
             if now >= self.next_cancel_check {
                 self.next_cancel_check = now + CANCEL_CHECK;
                 self.check_cancelled().await;
@@ -208,6 +217,9 @@ impl Consumer {
             // The probe is due only with room for a job; a handler that ends wakes the loop.
             if self.slots.len() < worker.concurrency {
                 wake = wake.min(self.next_probe);
+                if let Some(t) = self.rate_wait.iter().map(|(_, t)| *t).min() {
+                    wake = wake.min(t);
+                }
             }
             // Outcomes wait for the link when it is down: its reconnect is the deadline then.
             if let Some(t) = self.outbox.deadline().filter(|_| self.link.is_up()) {
@@ -477,8 +489,11 @@ impl Consumer {
                     }
                 }
                 let paused = &self.paused;
+                let rate_wait = &self.rate_wait;
                 self.busy = probe.busy;
-                self.busy.retain(|q| !paused.contains(q));
+                self.busy.retain(|q| {
+                    !paused.contains(q) && !rate_wait.iter().any(|(held, _)| held == q)
+                });
                 self.suspects = probe.suspects.filter(|q| !paused.contains(q));
             }
             Err(e) => self.db_error(e).await,
@@ -518,23 +533,38 @@ impl Consumer {
             while k < self.busy.len() && left > 0 {
                 let share = left.div_ceil(offered);
                 offered -= 1;
-                let claimed = self
-                    .metrics
-                    .within(
-                        Op::Claim,
-                        limit,
-                        jobs::claim(conn, batch_id, &self.busy[k], share, &who),
-                    )
-                    .await;
-                if let Ok(n) = &claimed {
-                    self.metrics.queue(&self.busy[k]).claimed(*n > 0);
+                let queue = &self.busy[k];
+                let claimed = match settings.queue(queue).and_then(|q| q.rate) {
+                    None => {
+                        let claim = jobs::claim(conn, batch_id, queue, share, &who);
+                        let n = self.metrics.within(Op::Claim, limit, claim).await;
+                        n.map(|claimed| rate::Limited {
+                            claimed,
+                            wait: None,
+                        })
+                    }
+                    Some(rate) => {
+                        let claim = rate::claim(conn, batch_id, queue, &rate, share, &who);
+                        self.metrics.within(Op::Claim, limit, claim).await
+                    }
+                };
+                if let Ok(got) = &claimed {
+                    self.metrics.queue(queue).claimed(got.claimed > 0);
                 }
                 match claimed {
-                    Ok(n) if n < share => {
+                    Ok(rate::Limited {
+                        claimed: n,
+                        wait: Some(wait),
+                    }) => {
+                        left -= n;
+                        let queue = self.busy.remove(k);
+                        self.rate_wait.push((queue, Instant::now() + wait));
+                    }
+                    Ok(rate::Limited { claimed: n, .. }) if n < share => {
                         left -= n;
                         self.busy.remove(k);
                     }
-                    Ok(n) => {
+                    Ok(rate::Limited { claimed: n, .. }) => {
                         left -= n;
                         k += 1;
                     }
@@ -591,6 +621,24 @@ impl Consumer {
                 Ok(got)
             }
         }
+    }
+
+    /// Puts the rate-limited queues whose budget has a start again back among the busy ones.
+    /// Returns whether there was any.
+    fn rate_due(&mut self, now: Instant) -> bool {
+        let mut due = false;
+        let busy = &mut self.busy;
+        self.rate_wait.retain(|(queue, at)| {
+            if *at > now {
+                return true;
+            }
+            if !busy.contains(queue) {
+                busy.push(queue.clone());
+            }
+            due = true;
+            false
+        });
+        due
     }
 
     /// Takes the jobs read back from a claim into the prefetch.

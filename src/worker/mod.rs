@@ -12,6 +12,7 @@ mod pool;
 mod prefetch;
 mod process;
 mod protocol;
+mod rate;
 pub mod retry;
 mod slots;
 

@@ -67,6 +67,7 @@ mod tests {
             backoff_max: Duration::from_secs(60),
             pass_env: vec![],
             persistent: None,
+            rate: None,
         }
     }
 

@@ -407,6 +407,7 @@ mod tests {
                 backoff_max: Duration::from_secs(10),
                 pass_env: Vec::new(),
                 persistent: None,
+                rate: None,
             }),
         }
     }
