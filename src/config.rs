@@ -834,7 +834,8 @@ pub fn parse_rate(text: &str) -> Result<(u32, u64), String> {
     if period < Duration::from_millis(1) {
         return Err(format!("{text:?}: PERIOD must be at least 1ms"));
     }
-    let interval_us = (period.as_micros() / u128::from(count)).max(1);
+    // Rounded up: "3/1s" must not fit a fourth start into a second.
+    let interval_us = period.as_micros().div_ceil(u128::from(count)).max(1);
     Ok((count, u64::try_from(interval_us).unwrap_or(u64::MAX)))
 }
 

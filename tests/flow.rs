@@ -74,9 +74,9 @@ async fn a_rate_limit_holds_across_instances_and_keeps_up() {
     );
     // The budget allows at most burst + 1 s x 50 = 99 starts in a second and 50 + 1,499 in
     // 30 s, by the database's clock when each claim took its starts. claimed_at is stamped
-    // a few milliseconds later, by an amount that varies: 50 ms of that jitter could let
-    // one or two more in.
-    let jitter = 2;
+    // by the claim a little later, by an amount that varies with the load: 100 ms of that
+    // could let up to five more into a window.
+    let jitter = 5;
     assert!(
         busiest as u64 <= 2 * RATE + jitter,
         "{busiest} starts in one second"
@@ -85,6 +85,10 @@ async fn a_rate_limit_holds_across_instances_and_keeps_up() {
         within.len() as u64 <= RATE * SECS + RATE + jitter,
         "{} starts in {SECS} s",
         within.len()
+    );
+    assert!(
+        by_instance.iter().filter(|n| **n > 0).count() >= 2,
+        "one instance took every start: {by_instance:?}"
     );
     assert!(
         within.len() as u64 * 100 >= RATE * SECS * 95,

@@ -47,34 +47,36 @@ pub async fn resume(conn: &mut Conn, queue: &str) -> anyhow::Result<bool> {
     Ok(conn.affected_rows() > 0)
 }
 
-/// A rate-limited queue's starts taken by [`reserve`]: how many, and what to write back once
-/// the claim knows how many it used.
+/// A rate-limited queue's starts taken by [`reserve`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
-    /// How many jobs may start now: at most the number asked for.
+    /// How many jobs may start now: at most the number asked for; 0 when the budget is
+    /// spent, or when another instance changed it between the read and the write.
     pub granted: usize,
-    /// The database's clock, in microseconds since the epoch.
-    pub now_us: i64,
-    /// The arrival time before this claim, brought up to `now_us`.
-    pub from_us: i64,
-    pub interval_us: i64,
-    /// How long from `now_us` until the next start is free, when none is now.
+    /// How long until the budget has a start again, when it had none (µs).
     pub wait_us: i64,
+    /// The budget after this reservation: the arrival time, and the database's clock, in
+    /// microseconds since the epoch.
+    pub tat_us: i64,
+    pub now_us: i64,
 }
 
-impl Reservation {
-    /// The arrival time once `used` starts are taken.
-    pub fn after(&self, used: usize) -> i64 {
-        self.from_us
-            .saturating_add(self.interval_us.saturating_mul(used as i64))
-    }
-}
+/// The budget's row, and the database's clock: the arrival time (None: never used) and
+/// now, in microseconds since the epoch. Served by the primary key.
+const BUDGET: &str =
+    "SELECT rate_tat, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
+     FROM myjob_queues WHERE queue = ?";
 
-/// Takes up to `want` starts of `queue` under `rate` (the generic cell rate algorithm, as
-/// Oban and River do it), inside the caller's transaction: the queue's row is locked until
-/// its COMMIT, so instances on every host take turns, each by the database's own clock. The
-/// budget holds `burst` starts and refills one per `interval_us`. The row is created the
-/// first time. Served by the primary key. Write back with [`settle`].
+/// Takes up to `want` starts of `queue` under `rate`: the generic cell rate algorithm, as
+/// Oban and River use it. The budget holds `burst` starts and refills one per
+/// `interval_us`; its state is one arrival time in the queue's row, by the database's
+/// clock, shared by every instance and host. Read, then written back only if nobody wrote
+/// it in between (a compare-and-set, autocommit): no lock is held across statements, so
+/// an instance cut off mid-claim holds nobody up. On a Galera cluster a write based on a
+/// read that missed another node's write fails certification (1213) rather than
+/// over-granting. Returns 0 granted, and no wait, when another instance won the race.
+/// The row is created the first time. Served by the primary key. Starts granted and not
+/// used go back with [`refund`].
 pub async fn reserve(
     conn: &mut Conn,
     queue: &str,
@@ -82,49 +84,72 @@ pub async fn reserve(
     want: usize,
 ) -> anyhow::Result<Reservation> {
     let context = || format!("taking rate-limited starts of queue {queue}");
-    conn.exec_drop(
-        "INSERT INTO myjob_queues (queue) VALUES (?) ON DUPLICATE KEY UPDATE rate_tat = rate_tat",
-        (queue,),
-    )
-    .await
-    .with_context(context)?;
-    let row: Option<(Option<i64>, i64)> = conn
-        .exec_first(
-            "SELECT rate_tat, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
-             FROM myjob_queues WHERE queue = ? FOR UPDATE",
+    let mut row: Option<(Option<i64>, i64)> = conn
+        .exec_first(BUDGET, (queue,))
+        .await
+        .with_context(context)?;
+    if row.is_none() {
+        conn.exec_drop(
+            "INSERT INTO myjob_queues (queue) VALUES (?) ON DUPLICATE KEY UPDATE queue = queue",
             (queue,),
         )
         .await
         .with_context(context)?;
+        row = conn
+            .exec_first(BUDGET, (queue,))
+            .await
+            .with_context(context)?;
+    }
     let (tat, now_us) = row.with_context(context)?;
     let interval_us = i64::try_from(rate.interval_us).unwrap_or(i64::MAX);
-    let from_us = tat.unwrap_or(now_us).max(now_us);
+    let span_us = interval_us.saturating_mul(rate.burst.into());
+    // A clock that stepped back must not leave the budget far in the future.
+    let from_us = tat
+        .unwrap_or(now_us)
+        .clamp(now_us, now_us.saturating_add(span_us));
     // Starts fit while the arrival time stays within `burst` intervals of now.
-    let room = now_us
-        .saturating_add(interval_us.saturating_mul(rate.burst.into()))
-        .saturating_sub(from_us);
-    let granted = (room / interval_us).clamp(0, want as i64) as usize;
+    let room = now_us.saturating_add(span_us).saturating_sub(from_us);
+    let granted = (room / interval_us).clamp(0, want as i64);
+    if granted == 0 {
+        return Ok(Reservation {
+            granted: 0,
+            wait_us: interval_us.saturating_sub(room),
+            tat_us: from_us,
+            now_us,
+        });
+    }
+    let tat_us = from_us.saturating_add(interval_us.saturating_mul(granted));
+    conn.exec_drop(
+        "UPDATE myjob_queues SET rate_tat = ? WHERE queue = ? AND rate_tat <=> ?",
+        (tat_us, queue, tat),
+    )
+    .await
+    .with_context(context)?;
+    let won = conn.affected_rows() == 1;
     Ok(Reservation {
-        granted,
+        granted: if won { granted as usize } else { 0 },
+        wait_us: 0,
+        tat_us,
         now_us,
-        from_us,
-        interval_us,
-        wait_us: if granted > 0 { 0 } else { interval_us - room },
     })
 }
 
-/// Writes the arrival time back after a claim took `used` of `reservation`'s starts. Served by
-/// the primary key.
-pub async fn settle(
+/// Gives back `unused` starts of a reservation that a claim did not use (the queue had
+/// fewer due jobs): the arrival time moves back by as many intervals. Lost with a broken
+/// connection, which leaves the budget under-used, never over. Served by the primary key.
+pub async fn refund(
     conn: &mut Conn,
     queue: &str,
-    reservation: &Reservation,
-    used: usize,
+    rate: &crate::config::RateLimit,
+    unused: usize,
 ) -> anyhow::Result<()> {
+    let back = i64::try_from(rate.interval_us)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(unused as i64);
     conn.exec_drop(
-        "UPDATE myjob_queues SET rate_tat = ? WHERE queue = ?",
-        (reservation.after(used), queue),
+        "UPDATE myjob_queues SET rate_tat = rate_tat - ? WHERE queue = ?",
+        (back, queue),
     )
     .await
-    .with_context(|| format!("recording rate-limited starts of queue {queue}"))
+    .with_context(|| format!("giving back rate-limited starts of queue {queue}"))
 }

@@ -236,7 +236,9 @@ impl Consumer {
                     self.fill(&settings);
                 }
                 _ = sleep_until(wake) => {}
-                _ = self.settings.changed() => {}
+                // A reload may lift or change a limit: the queues it held back are probed
+                // again rather than left out until their old wait ends.
+                _ = self.settings.changed() => self.rate_wait.clear(),
             }
         }
         // Prefetched jobs never started: back to pending, the attempt given back.

@@ -1,17 +1,20 @@
 //! The claim of a rate-limited queue (`rate_limit = "N/PERIOD"`): the starts it may take are
-//! reserved from the queue's budget in `myjob_queues` and the jobs claimed in one
-//! transaction, so a budget taken is a budget used, across every instance and host. Jobs
-//! over the limit stay pending, due, unclaimed; the consumer leaves the queue alone until
-//! the budget has a start again, rather than asking for it at every turn.
+//! reserved from the queue's budget in `myjob_queues` (see [`queues::reserve`]), the jobs
+//! claimed as for any queue, and the starts it did not use given back. Jobs over the limit
+//! stay pending, due, unclaimed; the consumer leaves the queue alone until the budget has a
+//! start again, rather than asking for it at every turn.
 
 use std::time::Duration;
 
-use mysql_async::prelude::*;
 use mysql_async::Conn;
 
 use crate::config::RateLimit;
+use crate::db::{self, Failure};
 use crate::store::jobs::{self, Claimer};
 use crate::store::queues;
+
+/// After a race for the budget lost to another instance: ask again this long after.
+const LOST_RACE: Duration = Duration::from_millis(5);
 
 /// What a rate-limited claim got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +24,9 @@ pub struct Limited {
     pub wait: Option<Duration>,
 }
 
-/// Claims up to `want` jobs of `queue` within its rate limit, in batch `batch_id`.
+/// Claims up to `want` jobs of `queue` within its rate limit, in batch `batch_id`. Every
+/// statement commits by itself: a claim that fails is the claim's failure, as for any
+/// queue.
 pub async fn claim(
     conn: &mut Conn,
     batch_id: u64,
@@ -30,41 +35,49 @@ pub async fn claim(
     want: usize,
     who: &Claimer<'_>,
 ) -> anyhow::Result<Limited> {
-    conn.query_drop("START TRANSACTION").await?;
-    let claimed = async {
-        let reserved = queues::reserve(conn, queue, rate, want).await?;
-        if reserved.granted == 0 {
+    let reserved = match queues::reserve(conn, queue, rate, want).await {
+        Ok(reserved) => reserved,
+        // Another node's instance wrote the budget first (Galera's certification), or held
+        // its row: nothing was taken.
+        Err(e) if db::classify(&e) == Failure::Conflict => {
             return Ok(Limited {
                 claimed: 0,
-                wait: Some(micros(reserved.wait_us)),
-            });
+                wait: Some(LOST_RACE),
+            })
         }
-        let n = jobs::claim(conn, batch_id, queue, reserved.granted, who).await?;
-        queues::settle(conn, queue, &reserved, n).await?;
-        // Fewer jobs than the budget allowed: the queue is drained, as for any claim. As
-        // many as it allowed, fewer than wanted: the next start is free once the arrival
-        // time is back within the burst.
-        let budget_spent = n == reserved.granted && n < want;
-        let next = reserved.after(n)
-            - reserved.interval_us * (i64::from(rate.burst) - 1)
-            - reserved.now_us;
-        Ok(Limited {
+        Err(e) => return Err(e),
+    };
+    if reserved.granted == 0 {
+        let wait = match reserved.wait_us {
+            0 => LOST_RACE,
+            us => micros(us),
+        };
+        return Ok(Limited {
+            claimed: 0,
+            wait: Some(wait),
+        });
+    }
+    let n = jobs::claim(conn, batch_id, queue, reserved.granted, who).await?;
+    if n < reserved.granted {
+        // The queue had fewer due jobs: drained, as for any claim. A refund that fails
+        // leaves the budget under-used, and the claim stands.
+        let _ = queues::refund(conn, queue, rate, reserved.granted - n).await;
+        return Ok(Limited {
             claimed: n,
-            wait: budget_spent.then(|| micros(next)),
-        })
+            wait: None,
+        });
     }
-    .await;
-    match claimed {
-        Ok(limited) => {
-            conn.query_drop("COMMIT").await?;
-            Ok(limited)
-        }
-        Err(e) => {
-            // A broken connection rolls back by itself.
-            let _ = conn.query_drop("ROLLBACK").await;
-            Err(e)
-        }
-    }
+    // As many as the budget allowed. Fewer than wanted: the next start is free once the
+    // arrival time is back within the burst.
+    let wait = (n < want).then(|| {
+        let interval_us = i64::try_from(rate.interval_us).unwrap_or(i64::MAX);
+        let next = reserved
+            .tat_us
+            .saturating_sub(interval_us.saturating_mul(i64::from(rate.burst) - 1))
+            .saturating_sub(reserved.now_us);
+        micros(next)
+    });
+    Ok(Limited { claimed: n, wait })
 }
 
 /// A wait from the database's microseconds, never below a millisecond: a budget refilled
