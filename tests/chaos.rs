@@ -1,5 +1,5 @@
 //! The fault-injection run: many jobs over three queues (one of them run by persistent
-//! handler processes), three instances, and for a set time
+//! handler processes under a rate limit), three instances, and for a set time
 //! kill -9s, killed claimer connections, a restart of the database server and a frozen instance. At the end
 //! it prints a verdict and a table: no job lost, none marked done twice, and every job that
 //! ran more than once listed by cause.
@@ -37,6 +37,8 @@ use nix::sys::signal::Signal;
 
 const INSTANCES: usize = 3;
 const QUEUES: [&str; 3] = ["a", "b", "c"];
+/// The queue with a rate limit.
+const RATE_LIMITED_QUEUE: &str = "b";
 /// Queue `b` runs a persistent handler: one long-lived process per slot.
 const PERSISTENT_QUEUE: &str = "b";
 /// Queue `c` allows one attempt, so its designed failures end `failed`; `a` and `b` retry.
@@ -197,7 +199,10 @@ async fn chaos() {
             *url = reached;
         }
     }
-    let configs: Vec<String> = urls.iter().map(|u| config_text(u, &work)).collect();
+    // The rate-limited queue's third of the jobs could not all start in less than 60% of
+    // the run: the limit binds, and its jobs held back still finish before the faults end.
+    let rate = (jobs / 3).div_ceil((secs.as_secs() * 6 / 10).max(1)).max(1);
+    let configs: Vec<String> = urls.iter().map(|u| config_text(u, &work, rate)).collect();
     prepare(&db, jobs).await;
     println!(
         "chaos: {jobs} jobs over {} queues, {INSTANCES} instances x 4 slots as {}, faults for {} s",
@@ -281,7 +286,7 @@ fn write_handler(work: &Work) {
     }
 }
 
-fn config_text(url: &str, work: &Work) -> String {
+fn config_text(url: &str, work: &Work, rate: u64) -> String {
     let mut text = format!(
         "[database]\nurl = \"{url}\"\n\n\
          [worker]\nconcurrency = 4\npoll_interval = \"200ms\"\nshutdown_timeout = \"5s\"\n\n\
@@ -301,6 +306,11 @@ fn config_text(url: &str, work: &Work) -> String {
              backoff = \"1s\"\nbackoff_max = \"2s\"\nmax_attempts = {attempts}\n",
             h = work.inside.join(file).display()
         );
+        // One queue under a rate limit that binds: its budget taken and given back through
+        // every fault, and its jobs held back still all run.
+        if q == RATE_LIMITED_QUEUE {
+            text += &format!("rate_limit = \"{rate}/1s\"\n");
+        }
     }
     text
 }
