@@ -96,3 +96,40 @@ async fn a_rate_limit_holds_across_instances_and_keeps_up() {
         within.len()
     );
 }
+
+/// An instance serving a limited queue and a free one: the free queue's jobs are not held up
+/// behind the limited queue's waits (all 1,000 done while the limited one has hardly begun),
+/// and the limited queue keeps to its limit beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limited_queue_holds_back_only_its_own_jobs() {
+    let db = TestDb::new("rate_beside").await;
+    let config = db.config(
+        "concurrency = 8",
+        "rate_limit = \"5/1s\"\nrate_burst = 1\n\n[[queue]]\nname = \"free\"\ncommand = [\"/bin/true\"]\n",
+    );
+    db.insert_rows("(queue, payload)", "('q', 'x')", 100).await;
+    db.insert_rows("(queue, payload)", "('free', 'x')", 1000)
+        .await;
+    let _w = Worker::start(&config, "1");
+    // 1,000 jobs of /bin/true take a few seconds on 8 slots; the limited queue's 100 would
+    // take 20 s.
+    db.wait_count("queue = 'free' AND status = 'done'", 1000, 60)
+        .await;
+    let mut conn = db.conn().await;
+    let (limited, span): (u64, Option<i64>) = conn
+        .query_first(
+            "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(claimed_at), MAX(claimed_at)) \
+             FROM myjob_jobs WHERE queue = 'q' AND claimed_at IS NOT NULL",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // rate_burst = 1: one start per 200 ms, the first at once, with a little jitter.
+    let allowed = span.unwrap_or(0) as u64 / 200_000 + 1 + 2;
+    eprintln!("the limited queue: {limited} starts over {span:?} us (allowed {allowed})");
+    assert!(limited >= 1, "the limited queue never started");
+    assert!(limited <= allowed, "{limited} starts, {allowed} allowed");
+    // And it goes on: the next start comes within its interval.
+    db.wait_at_least("queue = 'q' AND status = 'done'", limited + 2, 5)
+        .await;
+}
