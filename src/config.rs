@@ -332,8 +332,9 @@ pub struct QueueSettings {
 /// time and holds at most `burst` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
-    /// `rate_limit = "N/PERIOD"`: PERIOD / N, in microseconds; at least 1.
-    pub interval_us: u64,
+    /// `rate_limit = "N/PERIOD"`: PERIOD / N, in microseconds (the database's unit); at
+    /// least 1, at most ten years.
+    pub interval_us: i64,
     /// `rate_burst`: how many jobs may start at once after a quiet spell (default N).
     pub burst: u32,
 }
@@ -823,7 +824,7 @@ fn duration_min(
 
 /// `"N/PERIOD"` (`"10/1s"`, `"600/1m"`): N from 1 to 1,000,000 starts per PERIOD of at
 /// least 1ms. Returns N and PERIOD / N in microseconds.
-pub fn parse_rate(text: &str) -> Result<(u32, u64), String> {
+pub fn parse_rate(text: &str) -> Result<(u32, i64), String> {
     let form = || format!("{text:?} is not N/PERIOD, such as \"10/1s\" or \"600/1m\"");
     let (count, period) = text.split_once('/').ok_or_else(form)?;
     let count: u32 = count.trim().parse().map_err(|_| form())?;
@@ -836,7 +837,8 @@ pub fn parse_rate(text: &str) -> Result<(u32, u64), String> {
     }
     // Rounded up: "3/1s" must not fit a fourth start into a second.
     let interval_us = period.as_micros().div_ceil(u128::from(count)).max(1);
-    Ok((count, u64::try_from(interval_us).unwrap_or(u64::MAX)))
+    // PERIOD is at most ten years (parse_duration): the interval fits.
+    Ok((count, i64::try_from(interval_us).unwrap_or(i64::MAX)))
 }
 
 fn age(value: Option<String>, default: &str, key: &str) -> Result<Option<Duration>, Invalid> {

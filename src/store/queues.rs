@@ -53,12 +53,9 @@ pub struct Reservation {
     /// How many jobs may start now: at most the number asked for; 0 when the budget is
     /// spent, or when another instance changed it between the read and the write.
     pub granted: usize,
-    /// How long until the budget has a start again, when it had none (µs).
+    /// How long, once the granted starts are used, until the budget has a start again (µs,
+    /// 0 or less: it has one now). 0 when another instance won the race.
     pub wait_us: i64,
-    /// The budget after this reservation: the arrival time, and the database's clock, in
-    /// microseconds since the epoch.
-    pub tat_us: i64,
-    pub now_us: i64,
 }
 
 /// The budget's row, and the database's clock: the arrival time (None: never used) and
@@ -101,7 +98,7 @@ pub async fn reserve(
             .with_context(context)?;
     }
     let (tat, now_us) = row.with_context(context)?;
-    let interval_us = i64::try_from(rate.interval_us).unwrap_or(i64::MAX);
+    let interval_us = rate.interval_us;
     let span_us = interval_us.saturating_mul(rate.burst.into());
     // A clock that stepped back must not leave the budget far in the future.
     let from_us = tat
@@ -110,27 +107,32 @@ pub async fn reserve(
     // Starts fit while the arrival time stays within `burst` intervals of now.
     let room = now_us.saturating_add(span_us).saturating_sub(from_us);
     let granted = (room / interval_us).clamp(0, want as i64);
+    let tat_us = from_us.saturating_add(interval_us.saturating_mul(granted));
+    // The next start is free once the arrival time is back within the burst.
+    let wait_us = tat_us
+        .saturating_sub(span_us.saturating_sub(interval_us))
+        .saturating_sub(now_us);
     if granted == 0 {
         return Ok(Reservation {
             granted: 0,
-            wait_us: interval_us.saturating_sub(room),
-            tat_us: from_us,
-            now_us,
+            wait_us,
         });
     }
-    let tat_us = from_us.saturating_add(interval_us.saturating_mul(granted));
     conn.exec_drop(
         "UPDATE myjob_queues SET rate_tat = ? WHERE queue = ? AND rate_tat <=> ?",
         (tat_us, queue, tat),
     )
     .await
     .with_context(context)?;
-    let won = conn.affected_rows() == 1;
-    Ok(Reservation {
-        granted: if won { granted as usize } else { 0 },
-        wait_us: 0,
-        tat_us,
-        now_us,
+    Ok(match conn.affected_rows() {
+        1 => Reservation {
+            granted: granted as usize,
+            wait_us,
+        },
+        _ => Reservation {
+            granted: 0,
+            wait_us: 0,
+        },
     })
 }
 
@@ -143,9 +145,7 @@ pub async fn refund(
     rate: &crate::config::RateLimit,
     unused: usize,
 ) -> anyhow::Result<()> {
-    let back = i64::try_from(rate.interval_us)
-        .unwrap_or(i64::MAX)
-        .saturating_mul(unused as i64);
+    let back = rate.interval_us.saturating_mul(unused as i64);
     conn.exec_drop(
         "UPDATE myjob_queues SET rate_tat = rate_tat - ? WHERE queue = ?",
         (back, queue),

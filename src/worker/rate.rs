@@ -49,7 +49,7 @@ pub async fn claim(
     };
     if reserved.granted == 0 {
         let wait = match reserved.wait_us {
-            0 => LOST_RACE,
+            ..=0 => LOST_RACE,
             us => micros(us),
         };
         return Ok(Limited {
@@ -67,16 +67,8 @@ pub async fn claim(
             wait: None,
         });
     }
-    // As many as the budget allowed. Fewer than wanted: the next start is free once the
-    // arrival time is back within the burst.
-    let wait = (n < want).then(|| {
-        let interval_us = i64::try_from(rate.interval_us).unwrap_or(i64::MAX);
-        let next = reserved
-            .tat_us
-            .saturating_sub(interval_us.saturating_mul(i64::from(rate.burst) - 1))
-            .saturating_sub(reserved.now_us);
-        micros(next)
-    });
+    // As many as the budget allowed, fewer than wanted: it is spent.
+    let wait = (n < want).then(|| micros(reserved.wait_us));
     Ok(Limited { claimed: n, wait })
 }
 
