@@ -153,6 +153,7 @@ struct RawQueue {
     idle_timeout: Option<String>,
     rate_limit: Option<String>,
     rate_burst: Option<i64>,
+    key_limit: Option<i64>,
 }
 
 // ---- the validated settings ----------------------------------------------------------------
@@ -325,6 +326,9 @@ pub struct QueueSettings {
     /// `rate_limit`: how many of the queue's jobs may start per period, across every
     /// instance and host. None: as many as there are slots for.
     pub rate: Option<RateLimit>,
+    /// `key_limit`: how many jobs of one concurrency key may run at once, across every
+    /// instance and host (jobs without a key are not limited).
+    pub key_limit: u16,
 }
 
 /// A queue's rate limit, as the generic cell rate algorithm keeps it (see
@@ -565,6 +569,7 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         };
         queues.push(Arc::new(QueueSettings {
             rate,
+            key_limit: int_in(q.key_limit, 1, 1, MAX_KEY_LIMIT, &key("key_limit"))? as u16,
             persistent,
             timeout: duration_min(q.timeout, "5m", MIN_TIMEOUT, &key("timeout"))?,
             max_attempts: int_in(q.max_attempts, 10, 1, 1000, &key("max_attempts"))? as u32,
@@ -775,6 +780,9 @@ fn check_executable(program: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The largest `key_limit`: each running job of a key holds a numbered slot (a SMALLINT).
+const MAX_KEY_LIMIT: i64 = 10_000;
 
 fn int_in(value: Option<i64>, default: i64, min: i64, max: i64, key: &str) -> Result<i64, Invalid> {
     let v = value.unwrap_or(default);

@@ -19,6 +19,8 @@ pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024 - 1;
 const PACKET_OVERHEAD: u64 = 4096;
 /// The unique_key column's size, in characters.
 pub const MAX_UNIQUE_KEY: usize = 191;
+/// The concurrency_key column's size, in bytes (VARBINARY).
+pub const MAX_CONCURRENCY_KEY: usize = 191;
 
 /// The job as given on the command line, before it is checked.
 #[derive(Debug, Clone)]
@@ -28,6 +30,7 @@ pub struct Request {
     pub priority: i16,
     pub max_attempts: Option<u32>,
     pub unique_key: Option<String>,
+    pub concurrency_key: Option<String>,
     /// The payload; `-` reads it from stdin; none is an empty payload.
     pub payload: Option<String>,
 }
@@ -57,6 +60,13 @@ pub fn check(req: Request, stdin: impl Read) -> Result<NewJob, Error> {
             )));
         }
     }
+    if let Some(key) = &req.concurrency_key {
+        if key.is_empty() || key.len() > MAX_CONCURRENCY_KEY {
+            return Err(bad(format!(
+                "--concurrency-key: must be 1 to {MAX_CONCURRENCY_KEY} bytes"
+            )));
+        }
+    }
     let payload = match req.payload.as_deref() {
         None => Vec::new(),
         Some("-") => {
@@ -83,6 +93,7 @@ pub fn check(req: Request, stdin: impl Read) -> Result<NewJob, Error> {
         max_attempts: req.max_attempts,
         delay,
         unique_key: req.unique_key,
+        concurrency_key: req.concurrency_key,
     })
 }
 

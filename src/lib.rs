@@ -15,6 +15,7 @@ pub mod db;
 pub mod enqueue;
 pub mod error;
 pub mod fds;
+pub mod gate;
 pub mod logging;
 pub mod metrics;
 pub mod notify;

@@ -13,6 +13,9 @@
 //! without a FIN, whose connection the server lists for hours) keeps the lock. So each try to
 //! take it over also stages, without the lock, the jobs due for longer than [`OVERDUE`]: a
 //! working holder leaves none, and each move is fenced by the row's own status and run_at.
+//!
+//! The same task runs the gate (see [`crate::gate`]) at every poll, lock or not: each
+//! instance admits the blocked jobs of the queues it serves, with their `key_limit`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +29,7 @@ use tracing::{debug, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock};
 use crate::error::chain;
+use crate::gate::Gate;
 use crate::metrics::{Metrics, Op};
 use crate::store::jobs;
 
@@ -44,6 +48,10 @@ pub struct Stager {
     conn: Option<Conn>,
     /// Whether this connection holds the stager lock (or the server has no lock functions).
     stages: bool,
+    /// Polls since a stager without the lock last tried to take it.
+    standby_polls: u32,
+    /// Admits blocked jobs, at every poll.
+    gate: Gate,
     /// While the server is read-only: said once, and passes spaced out by the backoff.
     read_only: db::ReadOnly,
     backoff: db::Backoff,
@@ -72,6 +80,8 @@ impl Stager {
             settings,
             conn: None,
             stages: false,
+            standby_polls: STANDBY_POLLS,
+            gate: Gate::default(),
             read_only: db::ReadOnly::default(),
             backoff: db::Backoff::default(),
         }
@@ -96,8 +106,7 @@ impl Stager {
             }
             wait = match pass {
                 Ok(Pass::Staged { more: true }) => Duration::ZERO,
-                Ok(Pass::Staged { more: false }) => poll,
-                Ok(Pass::Standby) => poll * STANDBY_POLLS,
+                Ok(Pass::Staged { more: false } | Pass::Standby) => poll,
                 // A read-only server is asked again after a growing pause, not every poll.
                 Err(e) => match self.failed(e).await {
                     true => self.backoff.count().max(poll),
@@ -122,11 +131,35 @@ impl Stager {
                 .await?;
             self.conn = Some(conn);
             self.stages = false;
+            self.standby_polls = STANDBY_POLLS;
         }
+        let pass = self.stage().await?;
+        let settings = self.settings.borrow().clone();
+        if let Some(conn) = self.conn.as_mut() {
+            let admitted = self.gate.pass(conn, &settings).await?;
+            if admitted > 0 {
+                self.read_only.wrote("gate");
+                debug!(
+                    jobs = admitted,
+                    "gate: blocked jobs admitted into free slots of their keys"
+                );
+            }
+        }
+        Ok(pass)
+    }
+
+    /// Stages, when this instance holds the stager lock; without it, tries to take it over
+    /// once per [`STANDBY_POLLS`] polls.
+    async fn stage(&mut self) -> anyhow::Result<Pass> {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(Pass::Standby);
         };
         if !self.stages {
+            self.standby_polls += 1;
+            if self.standby_polls < STANDBY_POLLS {
+                return Ok(Pass::Standby);
+            }
+            self.standby_polls = 0;
             // Held until the connection ends: no release, no take again at each pass.
             match db::try_lock(conn, LOCK).await? {
                 NamedLock::Held => {

@@ -59,6 +59,14 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
         200_000,
     )
     .await;
+    // A flash sale's line for one key: 200k jobs of its own queue blocked behind a slot,
+    // inserted by plain SQL (blocked from their INSERT on).
+    db.insert_rows(
+        "(queue, payload, concurrency_key)",
+        "('q', 'x', 'hot')",
+        200_000,
+    )
+    .await;
     // A backlog of its own queue's due jobs too: the claim must stop after its limit.
     db.insert_rows("(queue, payload)", "('q', 'due')", 20_000)
         .await;
@@ -114,6 +122,36 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
         staged <= 10,
         "the stager read {staged} entries with nothing due"
     );
+
+    // The key's line: a hand-off reads one entry or so, whether it admits the first job of
+    // the 200k or finds the slot taken; a gate's pass over the queue, with the key's one slot
+    // held, reads a bounded part of the line, not the line.
+    use myjob::store::jobs::keys;
+    let before = reads(&mut claimer).await;
+    assert!(keys::hand_off(&mut claimer, "q", b"hot", 1).await.unwrap());
+    let handed = reads(&mut claimer).await - before - own;
+    let before = reads(&mut claimer).await;
+    assert!(!keys::hand_off(&mut claimer, "q", b"hot", 1).await.unwrap());
+    let refused = reads(&mut claimer).await - before - own;
+    let settings = myjob::config::Settings::load(&db.config("", "")).unwrap();
+    let before = reads(&mut claimer).await;
+    let admitted = myjob::gate::Gate::default()
+        .pass(&mut claimer, &settings)
+        .await
+        .unwrap();
+    let gated = reads(&mut claimer).await - before - own;
+    eprintln!(
+        "index entries read: hand-off {handed}, hand-off into a held slot {refused}, gate pass {gated}"
+    );
+    assert_eq!(admitted, 0, "the key's one slot is held");
+    assert_eq!(db.count("status = 'blocked'").await, 199_999);
+    assert_eq!(db.count("slot_live = 1").await, 1);
+    assert!(handed <= 10, "a hand-off read {handed} index entries");
+    assert!(
+        refused <= 10,
+        "a refused hand-off read {refused} index entries"
+    );
+    assert!(gated <= 1000, "a gate pass read {gated} index entries");
 }
 
 /// A plain INSERT with a future run_at still delays the job: it is neither claimed early nor

@@ -133,3 +133,315 @@ async fn a_limited_queue_holds_back_only_its_own_jobs() {
     db.wait_at_least("queue = 'q' AND status = 'done'", limited + 2, 5)
         .await;
 }
+
+/// A handler that records, by this host's clock, when each job of a key starts and ends:
+/// `s|e <key> <job id> <nanoseconds>`, one line per event (an append of a short line is
+/// atomic). The payload is the key; it runs `SLEEP` seconds.
+const KEYED: &str = "#!/bin/sh\n\
+    key=$(cat)\n\
+    echo \"s $key $MYJOB_JOB_ID $(date +%s%N)\" >> DIR/trace\n\
+    sleep SLEEP\n\
+    echo \"e $key $MYJOB_JOB_ID $(date +%s%N)\" >> DIR/trace\n";
+
+/// One event of [`KEYED`]'s trace.
+#[derive(Debug, Clone)]
+struct Event {
+    start: bool,
+    key: String,
+    job: u64,
+    at: i128,
+}
+
+fn trace(db: &TestDb) -> Vec<Event> {
+    let text = std::fs::read_to_string(db.path("trace")).unwrap_or_default();
+    let mut events: Vec<Event> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Event {
+                start: f[0] == "s",
+                key: f[1].to_owned(),
+                job: f[2].parse().unwrap(),
+                at: f[3].parse().unwrap(),
+            }
+        })
+        .collect();
+    // Ends before starts at the same instant: a handoff cannot start before the end.
+    events.sort_by_key(|e| (e.at, e.start));
+    events
+}
+
+/// The most jobs of one key that ran at once, by key; and the most jobs that ran at once.
+fn most_at_once(events: &[Event]) -> (std::collections::BTreeMap<String, usize>, usize) {
+    let mut running: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut most: std::collections::BTreeMap<String, usize> = Default::default();
+    let (mut all, mut most_all) = (0usize, 0usize);
+    for e in events {
+        let n = running.entry(e.key.clone()).or_default();
+        if e.start {
+            *n += 1;
+            all += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            all = all.saturating_sub(1);
+        }
+        let m = most.entry(e.key.clone()).or_default();
+        *m = (*m).max(*n);
+        most_all = most_all.max(all);
+    }
+    (most, most_all)
+}
+
+/// Jobs of four keys, inserted by plain SQL, interleaved, beside jobs without a key, on two
+/// instances: a key's jobs run one at a time (key_limit's default, 1), in arrival order,
+/// while keys run beside each other and the jobs without a key are not held up; each job
+/// starts soon after the one before it of its key ended (the hand-off, not the gate's poll);
+/// and no attempt is spent waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_runs_one_job_at_a_time_in_order_and_keys_side_by_side() {
+    let db = TestDb::new("key_limit").await;
+    let handler = db.script("keyed.sh", &KEYED.replace("SLEEP", "0.05"));
+    let config = db.config(
+        "concurrency = 8",
+        &format!(
+            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\n",
+            handler.display()
+        ),
+    );
+    let mut conn = db.conn().await;
+    let values: Vec<String> = (0..40)
+        .map(|i| format!("('keyed', 'k{0}', 'k{0}')", i % 4))
+        .collect();
+    conn.query_drop(format!(
+        "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    db.insert_rows("(queue, payload)", "('q', 'x')", 20).await;
+    assert_eq!(db.count("status = 'blocked'").await, 40);
+    let _w1 = Worker::start(&config, "1");
+    let _w2 = Worker::start(&config, "2");
+    // Blocked jobs wait: no attempt is spent on them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(db.count("status = 'blocked' AND attempts > 0").await, 0);
+    db.wait_count("status = 'done'", 60, 60).await;
+
+    let events = trace(&db);
+    assert_eq!(events.len(), 80, "{events:?}");
+    let (most, most_all) = most_at_once(&events);
+    eprintln!("most at once by key {most:?}, in all {most_all}");
+    assert!(most.values().all(|&n| n == 1), "{most:?}");
+    assert!(most_all >= 3, "keys did not run side by side: {most_all}");
+    // Arrival order within each key.
+    for k in 0..4 {
+        let key = format!("k{k}");
+        let order: Vec<u64> = events
+            .iter()
+            .filter(|e| e.start && e.key == key)
+            .map(|e| e.job)
+            .collect();
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(order, sorted, "key {key} ran out of order");
+    }
+    // From one job's end to the next start of its key: the median is well under the poll
+    // (100 ms): the slot is handed on at the outcome's write, not found by the next poll.
+    let mut gaps: Vec<i128> = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        if e.start {
+            continue;
+        }
+        if let Some(next) = events[i..].iter().find(|n| n.start && n.key == e.key) {
+            gaps.push(next.at - e.at);
+        }
+    }
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2];
+    eprintln!("end to next start of the key: median {} us", median / 1000);
+    assert!(median < 100_000_000, "median hand-off {} us", median / 1000);
+    // Every key's slot is free at the end.
+    assert_eq!(db.count("slot_live IS NOT NULL").await, 0);
+}
+
+/// key_limit = 2 on three instances (each through another node of a cluster): two jobs of a
+/// key run at once, never three, and every job is done.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_limit_of_two_holds_across_instances() {
+    let db = TestDb::new("key_limit_two").await;
+    let handler = db.script("keyed.sh", &KEYED.replace("SLEEP", "0.1"));
+    let config = db.config(
+        "concurrency = 6",
+        &format!(
+            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\nkey_limit = 2\n",
+            handler.display()
+        ),
+    );
+    let mut workers = Vec::new();
+    for i in 0..3 {
+        let own = db.path(&format!("myjob{i}.toml"));
+        edited(&config, &own, &[(&db.url, &db.node_url(i))]);
+        workers.push(Worker::start(&own, &format!("n{i}")));
+    }
+    let mut conn = db.conn().await;
+    let values: Vec<String> = (0..60)
+        .map(|i| format!("('keyed', 'k{0}', 'k{0}')", i % 3))
+        .collect();
+    conn.query_drop(format!(
+        "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    db.wait_count("status = 'done'", 60, 90).await;
+    let (most, _) = most_at_once(&trace(&db));
+    eprintln!("most at once by key {most:?}");
+    assert!(most.values().all(|&n| n == 2), "{most:?}");
+}
+
+/// The flash sale of the README (examples/flash-sale): 10 products with 10 units each, 1,000
+/// orders across them enqueued at once by plain SQL, 4 instances (spread over a cluster's
+/// nodes), the PHP handler selling each order with the exactly-once recipe: exactly 100 sold,
+/// 10 per product, no stock below zero, every other order sold out, and the orders of each
+/// product handled in the order they came (the first 10 of each are the ones sold).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flash_sale_sells_each_unit_once_in_arrival_order() {
+    let db = TestDb::new("flash_sale").await;
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut conn = db.conn().await;
+    let schema = std::fs::read_to_string(examples.join("flash-sale/schema.sql")).unwrap();
+    conn.query_drop(schema).await.unwrap();
+    conn.query_drop(
+        "INSERT INTO products (id, stock) VALUES (1, 10), (2, 10), (3, 10), (4, 10), (5, 10), \
+         (6, 10), (7, 10), (8, 10), (9, 10), (10, 10)",
+    )
+    .await
+    .unwrap();
+    // The web requests: 1,000 orders, the products interleaved, then a job per order.
+    let orders: Vec<String> = (0..1000).map(|i| format!("({})", i % 10 + 1)).collect();
+    conn.query_drop(format!(
+        "INSERT INTO orders (product) VALUES {}",
+        orders.join(", ")
+    ))
+    .await
+    .unwrap();
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, concurrency_key, payload) \
+         SELECT 'orders', CONCAT('product-', product), id FROM orders ORDER BY id",
+    )
+    .await
+    .unwrap();
+    let config = db.path("myjob.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{url}\"\n\
+             [worker]\nconcurrency = 4\npoll_interval = \"100ms\"\n\
+             [[queue]]\nname = \"orders\"\ncommand = [\"{h}\"]\nkey_limit = 1\n\
+             pass_env = [\"SHOP_DB\"]\n",
+            url = db.url,
+            h = examples.join("flash-sale/order.php").display()
+        ),
+    )
+    .unwrap();
+    let mut workers = Vec::new();
+    for i in 0..4 {
+        let own = db.path(&format!("myjob{i}.toml"));
+        let node = db.node_url(i % common::nodes().len().max(1));
+        edited(&config, &own, &[(&db.url, &node)]);
+        workers.push(Worker::start_with_env(
+            &own,
+            &format!("{}", i + 1),
+            &[("SHOP_DB", node.as_str())],
+        ));
+    }
+    db.wait_count("status = 'done'", 1000, 240).await;
+    drop(workers);
+
+    let sold: Vec<(i32, i64, i64, i64)> = conn
+        .query(
+            "SELECT p.id, p.stock, SUM(o.status = 'sold'), SUM(o.status = 'sold_out') \
+             FROM products p JOIN orders o ON o.product = p.id GROUP BY p.id, p.stock ORDER BY p.id",
+        )
+        .await
+        .unwrap();
+    for (product, stock, n, out) in &sold {
+        assert_eq!(
+            (*stock, *n, *out),
+            (0, 10, 90),
+            "product {product}: stock, sold, sold out"
+        );
+    }
+    assert_eq!(db.count("1 = 1").await, 1000);
+    let unhandled: u64 = conn
+        .query_first("SELECT COUNT(*) FROM orders WHERE status = 'new' OR handled_at IS NULL")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(unhandled, 0);
+    // Arrival order: by product, the orders in the order they were handled have rising ids,
+    // and the first ten of them were sold.
+    let handled: Vec<(i32, u64, String)> = conn
+        .query("SELECT product, id, status FROM orders ORDER BY product, handled_at, id")
+        .await
+        .unwrap();
+    for product in 1..=10 {
+        let mine: Vec<&(i32, u64, String)> = handled.iter().filter(|h| h.0 == product).collect();
+        let ids: Vec<u64> = mine.iter().map(|h| h.1).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            ids, sorted,
+            "product {product}: orders handled out of order"
+        );
+        assert!(
+            mine[..10].iter().all(|h| h.2 == "sold"),
+            "product {product}: an early order was not sold"
+        );
+    }
+}
+
+/// A reload that lowers key_limit from 3 to 1: the jobs running in the slots above 1 end
+/// and their slots are not handed on, so that from then on one job of the key runs at a
+/// time; the rest are all done.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_lowers_key_limit_drains_down_to_it() {
+    let db = TestDb::new("key_limit_reload").await;
+    let handler = db.script("keyed.sh", &KEYED.replace("SLEEP", "0.3"));
+    let queue = |limit: u32| {
+        format!(
+            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\nkey_limit = {limit}\n",
+            handler.display()
+        )
+    };
+    let config = db.config("concurrency = 4", &queue(3));
+    let mut conn = db.conn().await;
+    let values: Vec<String> = (0..24).map(|_| "('keyed', 'k', 'k')".to_owned()).collect();
+    conn.query_drop(format!(
+        "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    let w = Worker::start(&config, "1");
+    db.wait_at_least("status = 'done'", 6, 30).await;
+    let (before, _) = most_at_once(&trace(&db));
+    assert_eq!(before.get("k"), Some(&3), "three at once before the reload");
+    db.config("concurrency = 4", &queue(1));
+    w.signal(nix::sys::signal::Signal::SIGHUP);
+    w.wait_log("reload: new configuration in use", 10).await;
+    let reloaded = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128;
+    db.wait_count("status = 'done'", 24, 60).await;
+    // The jobs running at the reload end within their 0.3 s; after that, one at a time.
+    let after: Vec<Event> = trace(&db)
+        .into_iter()
+        .filter(|e| e.at > reloaded + 400_000_000)
+        .collect();
+    let (most, _) = most_at_once(&after);
+    eprintln!("after the reload: {} events, most at once {most:?}", after.len());
+    assert!(after.len() >= 6, "too few jobs ran after the reload");
+    assert_eq!(most.get("k"), Some(&1));
+}

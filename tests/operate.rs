@@ -108,10 +108,10 @@ async fn stats_counts_each_queue_and_state() {
     assert_eq!(
         table,
         "\
-QUEUE  PENDING  SUSPECT  SCHEDULED  CLAIMED  DONE  FAILED  CANCELLED  OLDEST PENDING  PAUSED
-idle   0        0        0          0        0     0       0          -               yes
-other  0        0        0          0        0     1       1          -               no
-q      2        0        1          1        1     1       0          1h              no
+QUEUE  PENDING  BLOCKED  SUSPECT  SCHEDULED  CLAIMED  DONE  FAILED  CANCELLED  OLDEST PENDING  PAUSED
+idle   0        0        0        0          0        0     0       0          -               yes
+other  0        0        0        0          0        0     1       1          -               no
+q      2        0        0        1          1        1     1       0          1h              no
 "
     );
     let doc = json(&ok(&config, &["stats", "--json"]));
@@ -276,25 +276,27 @@ async fn show_prints_every_column_and_the_raw_payload() {
         ok(&config, &["show", &id.to_string()]),
         format!(
             "\
-id:            {id}
-queue:         q
-status:        scheduled
-priority:      0
-attempts:      1
-max_attempts:  5
-rescues:       0
-suspicion:     0
-run_at:        2037-01-01T00:00:00.000000Z
-unique_key:    -
-batch_id:      -
-owner_conn:    -
-owner_server:  -
-worker:        -
-claimed_at:    -
-finished_at:   -
-created_at:    2026-01-02T03:04:05.000000Z
-last_error:    attempt 1 of 5: exit status 1 more
-payload:       3 bytes
+id:               {id}
+queue:            q
+status:           scheduled
+priority:         0
+attempts:         1
+max_attempts:     5
+rescues:          0
+suspicion:        0
+run_at:           2037-01-01T00:00:00.000000Z
+unique_key:       -
+concurrency_key:  -
+slot:             -
+batch_id:         -
+owner_conn:       -
+owner_server:     -
+worker:           -
+claimed_at:       -
+finished_at:      -
+created_at:       2026-01-02T03:04:05.000000Z
+last_error:       attempt 1 of 5: exit status 1 more
+payload:          3 bytes
 "
         )
     );
@@ -806,4 +808,96 @@ async fn the_reaper_applies_retention() {
     );
     w.wait_log("reaper: deleted finished jobs past their retention", 10)
         .await;
+}
+
+/// Jobs with a concurrency key, enqueued from the command line with no worker running: they
+/// wait as blocked, counted by `stats` and shown with their key by `list`; one can be
+/// cancelled while it waits; a failed one is retried into the line again (blocked), not
+/// past it; and a key over 191 bytes is refused with exit 65.
+#[tokio::test(flavor = "multi_thread")]
+async fn blocked_jobs_are_counted_listed_cancelled_and_retried_into_the_line() {
+    let db = TestDb::new("op_blocked").await;
+    let config = db.config("", "");
+    let a = ok(
+        &config,
+        &[
+            "enqueue",
+            "--queue",
+            "q",
+            "--concurrency-key",
+            "sku-42",
+            "a",
+        ],
+    );
+    let b = ok(
+        &config,
+        &[
+            "enqueue",
+            "--queue",
+            "q",
+            "--concurrency-key",
+            "sku-42",
+            "b",
+        ],
+    );
+    let plain = ok(&config, &["enqueue", "--queue", "q", "c"]);
+    let (a, b, plain) = (a.trim(), b.trim(), plain.trim());
+    assert_eq!(db.count("status = 'blocked'").await, 2);
+    let doc = json(&ok(&config, &["stats", "--json"]));
+    let q = &doc["queues"][0];
+    assert_eq!(
+        (q["pending"].as_u64(), q["blocked"].as_u64()),
+        (Some(1), Some(2))
+    );
+
+    let listed = ok(&config, &["list", "--status", "blocked"]);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(
+        lines[0].starts_with("ID  QUEUE  STATUS   KEY     PRI"),
+        "{listed}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{a}   q      blocked  sku-42  0")),
+        "{listed}"
+    );
+    assert_eq!(lines.len(), 3, "{listed}");
+    let doc = json(&ok(&config, &["list", "--json"]));
+    let job = doc["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"].as_u64() == b.parse().ok())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (job["concurrency_key"].as_str(), job["slot"].as_u64()),
+        (Some("sku-42"), None)
+    );
+    // No KEY column when no job shown has a key.
+    let unkeyed = ok(&config, &["list", "--status", "pending"]);
+    assert!(!unkeyed.contains("KEY"), "{unkeyed}");
+    assert!(unkeyed.contains(plain), "{unkeyed}");
+
+    ok(&config, &["cancel", a]);
+    assert_eq!(db.job(a.parse().unwrap()).await.0, "cancelled");
+    // A failed keyed job goes back into its key's line.
+    let mut conn = db.conn().await;
+    conn.query_drop(format!(
+        "UPDATE myjob_jobs SET status = 'failed' WHERE id = {b}"
+    ))
+    .await
+    .unwrap();
+    ok(&config, &["retry", b]);
+    assert_eq!(db.job(b.parse().unwrap()).await.0, "blocked");
+
+    let long = "k".repeat(192);
+    let err = fails(
+        &config,
+        &["enqueue", "--queue", "q", "--concurrency-key", &long, "x"],
+        65,
+    );
+    assert!(
+        err.starts_with("--concurrency-key: must be 1 to 191 bytes"),
+        "{err}"
+    );
 }

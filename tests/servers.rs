@@ -175,6 +175,11 @@ async fn the_schema_is_the_same_on_every_server() {
             "finished_at timestamp YES",
             "created_at timestamp NO",
             "last_error text YES",
+            // Concurrency keys (migration 11), added at the end: no rebuild.
+            "concurrency_key varbinary YES",
+            "slot smallint YES",
+            "slot_live smallint YES",
+            "blocked_key varbinary YES",
         ]
     );
     conn.query_drop("INSERT INTO myjob_jobs (queue) VALUES ('q')")
@@ -215,6 +220,37 @@ async fn the_schema_is_the_same_on_every_server() {
             ("s", "pending")
         ]
     );
+
+    // A plain INSERT with a concurrency key waits for a slot, blocked; with a future run_at
+    // it is scheduled first. A slot holds one job: a second holder of slot 1 is refused by
+    // the unique index, a holder of slot 2 is not, and a job that ends frees its slot.
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, concurrency_key, run_at) VALUES \
+         ('k', 'sku-1', NOW(6)), ('k', 'sku-1', NOW(6)), ('k', 'sku-1', NOW(6)), \
+         ('k', 'sku-1', NOW(6) + INTERVAL 1 DAY)",
+    )
+    .await
+    .unwrap();
+    let keyed: Vec<(u64, String)> = conn
+        .query("SELECT id, status FROM myjob_jobs WHERE queue = 'k' ORDER BY id")
+        .await
+        .unwrap();
+    let got: Vec<&str> = keyed.iter().map(|k| k.1.as_str()).collect();
+    assert_eq!(got, ["blocked", "blocked", "blocked", "scheduled"]);
+    let admit = |id: u64, slot: u16| {
+        format!("UPDATE myjob_jobs SET status = 'pending', slot = {slot} WHERE id = {id}")
+    };
+    conn.query_drop(admit(keyed[0].0, 1)).await.unwrap();
+    let twice = conn.query_drop(admit(keyed[1].0, 1)).await.unwrap_err();
+    assert!(twice.to_string().contains("1062"), "{twice}");
+    conn.query_drop(admit(keyed[1].0, 2)).await.unwrap();
+    conn.query_drop(format!(
+        "UPDATE myjob_jobs SET status = 'done' WHERE id = {}",
+        keyed[0].0
+    ))
+    .await
+    .unwrap();
+    conn.query_drop(admit(keyed[2].0, 1)).await.unwrap();
 }
 
 /// What myjob relies on is set per session, not inherited from the server's defaults

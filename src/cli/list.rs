@@ -45,14 +45,29 @@ pub async fn run(config: &Path, args: ListArgs) -> Result<(), Error> {
     if args.json {
         return table::print_json(&Document { jobs });
     }
-    let rows: Vec<Vec<String>> = jobs.iter().map(|j| row(j, &settings)).collect();
-    table::print(
-        &[
-            "ID", "QUEUE", "STATUS", "PRI", "ATTEMPTS", "RUN AT", "CREATED", "FINISHED", "WORKER",
-            "BYTES", "ERROR",
-        ],
-        &rows,
-    )
+    // The KEY column only when a job shown has a concurrency key: most queues have none.
+    let keys = jobs.iter().any(|j| j.concurrency_key.is_some());
+    let mut rows: Vec<Vec<String>> = jobs.iter().map(|j| row(j, &settings)).collect();
+    let mut header = vec![
+        "ID", "QUEUE", "STATUS", "PRI", "ATTEMPTS", "RUN AT", "CREATED", "FINISHED", "WORKER",
+        "BYTES", "ERROR",
+    ];
+    if keys {
+        header.insert(3, "KEY");
+        for (r, j) in rows.iter_mut().zip(&jobs) {
+            r.insert(3, key(j));
+        }
+    }
+    table::print(&header, &rows)
+}
+
+/// A job's concurrency key, and the slot it holds: `sku-42 #1`.
+fn key(j: &Listed) -> String {
+    match (&j.concurrency_key, j.slot) {
+        (None, _) => "-".to_owned(),
+        (Some(k), None) => k.clone(),
+        (Some(k), Some(s)) => format!("{k} #{s}"),
+    }
 }
 
 fn row(j: &Listed, settings: &Settings) -> Vec<String> {

@@ -59,7 +59,7 @@ enum Command {
     },
     /// Check the configuration file: exit 0, or exit 78 naming the key at fault.
     CheckConfig,
-    /// One row per queue: jobs due, suspect, scheduled, running, done, failed and cancelled, the wait of
+    /// One row per queue: jobs due, blocked, suspect, scheduled, running, done, failed and cancelled, the wait of
     /// the oldest due job, and whether the queue is paused.
     Stats {
         /// One JSON document: {"queues": [...]}.
@@ -152,6 +152,10 @@ struct EnqueueArgs {
     /// If a pending job in this queue has this key, replace its payload and run time and print its id.
     #[arg(long, value_name = "KEY")]
     unique_key: Option<String>,
+    /// At most the queue's key_limit jobs with this key run at once, across every instance;
+    /// the job waits as blocked until one of its key's slots is free.
+    #[arg(long, value_name = "KEY")]
+    concurrency_key: Option<String>,
     /// The payload, or - to read it from stdin. Without one the payload is empty.
     payload: Option<String>,
 }
@@ -267,6 +271,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
                 priority: a.priority,
                 max_attempts: a.max_attempts,
                 unique_key: a.unique_key,
+                concurrency_key: a.concurrency_key,
                 payload: a.payload,
             };
             let job = enqueue::check(request, std::io::stdin().lock())?;

@@ -50,6 +50,7 @@ pub async fn run(config: &Path, json: bool) -> Result<(), Error> {
             vec![
                 q.queue.clone(),
                 q.pending.to_string(),
+                q.blocked.to_string(),
                 q.suspect.to_string(),
                 q.scheduled.to_string(),
                 q.claimed.to_string(),
@@ -65,6 +66,7 @@ pub async fn run(config: &Path, json: bool) -> Result<(), Error> {
         &[
             "QUEUE",
             "PENDING",
+            "BLOCKED",
             "SUSPECT",
             "SCHEDULED",
             "CLAIMED",

@@ -83,14 +83,16 @@ pub enum Op {
     Adopt,
     /// A reaper pass (several statements).
     Reap,
-    /// A stager pass.
+    /// A stager pass, the gate's admissions of blocked jobs included.
     Stage,
+    /// Handing the slots of finished jobs on to their keys' next blocked jobs.
+    HandOff,
     /// The queue gauges' counts.
     QueueGauges,
 }
 
 impl Op {
-    const ALL: [Op; 11] = [
+    const ALL: [Op; 12] = [
         Op::Probe,
         Op::Claim,
         Op::ReadBatch,
@@ -101,6 +103,7 @@ impl Op {
         Op::Adopt,
         Op::Reap,
         Op::Stage,
+        Op::HandOff,
         Op::QueueGauges,
     ];
 
@@ -116,6 +119,7 @@ impl Op {
             Op::Adopt => "adopt",
             Op::Reap => "reap",
             Op::Stage => "stage",
+            Op::HandOff => "hand_off",
             Op::QueueGauges => "queue_gauges",
         }
     }

@@ -52,7 +52,14 @@ const LOCK: &str = "myjob_metrics";
 const OTHER: &str = "(other)";
 /// The states the gauges count: those still to act on (done and cancelled jobs are history
 /// that retention deletes, and counting them would walk the whole table).
-const STATES: [&str; 5] = ["pending", "suspect", "scheduled", "claimed", "failed"];
+const STATES: [&str; 6] = [
+    "pending",
+    "blocked",
+    "suspect",
+    "scheduled",
+    "claimed",
+    "failed",
+];
 /// The families only the leader serves, as a scrape names them.
 pub const FAMILIES: [&str; 3] = [
     "myjob_queue_jobs",
@@ -64,7 +71,7 @@ pub const FAMILIES: [&str; 3] = [
 #[derive(Debug, Default, Clone, Copy)]
 struct Depth {
     /// The count of each of [`STATES`].
-    counts: [u64; 5],
+    counts: [u64; 6],
     /// The oldest due job's age in seconds.
     age: u64,
     paused: bool,
@@ -189,11 +196,14 @@ impl QueueGauges {
                 OTHER.to_owned()
             };
             let d = queues.entry(key).or_default();
-            for (c, n) in
-                d.counts
-                    .iter_mut()
-                    .zip([q.pending, q.suspect, q.scheduled, q.claimed, q.failed])
-            {
+            for (c, n) in d.counts.iter_mut().zip([
+                q.pending,
+                q.blocked,
+                q.suspect,
+                q.scheduled,
+                q.claimed,
+                q.failed,
+            ]) {
                 *c += n;
             }
             d.age = d.age.max(q.oldest_pending_age_s);
@@ -294,7 +304,7 @@ impl Collector for Shown {
         };
         let mut family = encoder.encode_descriptor(
             "queue_jobs",
-            "Jobs by queue and state (pending, suspect, scheduled, claimed, failed), counted \
+            "Jobs by queue and state (pending, blocked, suspect, scheduled, claimed, failed), counted \
              from the indexes at scrape time and cached for 5 s; served by one instance only \
              (myjob_queue_gauges_leader): aggregate with max without(instance).",
             None,

@@ -57,6 +57,16 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "rate_limits",
         include_str!("../../migrations/0010_rate_limits.sql"),
     ),
+    (
+        11,
+        "concurrency_keys",
+        include_str!("../../migrations/0011_concurrency_keys.sql"),
+    ),
+    (
+        12,
+        "concurrency_indexes",
+        include_str!("../../migrations/0012_concurrency_indexes.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

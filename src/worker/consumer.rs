@@ -26,6 +26,7 @@ use crate::metrics::{self, Metrics, Op};
 use crate::stats::Stats;
 use crate::store::jobs::{self, Claimer, Outcome};
 use crate::store::servers;
+use crate::worker::handoff;
 use crate::worker::link::{Fresh, Link};
 use crate::worker::name::WorkerName;
 use crate::worker::outbox::Outbox;
@@ -869,7 +870,44 @@ impl Consumer {
             .await
         {
             Ok(()) => self.link.wrote(),
-            Err(e) => self.db_error(e).await,
+            Err(e) => return self.db_error(e).await,
+        }
+        self.hand_on().await;
+    }
+
+    /// Hands the slots the written outcomes gave up on to their keys' next blocked jobs (see
+    /// [`handoff`]), and claims from the queues that got one at the next turn. A hand-off
+    /// that fails is left to the gate, which admits the job within a poll.
+    async fn hand_on(&mut self) {
+        let freed = self.outbox.take_freed();
+        if freed.is_empty() {
+            return;
+        }
+        let settings = self.settings.borrow().clone();
+        let limit = self.link.limit();
+        let Some(conn) = self.link.conn() else {
+            return;
+        };
+        let handed = handoff::hand_on(conn, &settings, &freed);
+        match self.metrics.within(Op::HandOff, limit, handed).await {
+            Ok(queues) => {
+                for queue in queues {
+                    let held = self.rate_wait.iter().any(|(q, _)| *q == queue)
+                        || self.paused.contains(&queue);
+                    if !held && !self.busy.contains(&queue) {
+                        self.busy.push(queue);
+                    }
+                }
+            }
+            Err(e) => {
+                debug!(
+                    "consumer: handing slots on: {}; the gate admits their next jobs",
+                    chain(&*e)
+                );
+                if db::classify(&e) == Failure::Connection {
+                    self.link.lost(&e);
+                }
+            }
         }
     }
 

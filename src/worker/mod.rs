@@ -4,6 +4,7 @@
 mod consumer;
 pub mod guard;
 pub mod handler;
+mod handoff;
 mod link;
 pub mod name;
 mod outbox;

@@ -13,7 +13,7 @@ use tracing::{debug, error, warn, Span};
 use crate::db::{self, Failure};
 use crate::error::chain;
 use crate::metrics::{self, QueueMetrics};
-use crate::store::jobs::{self, Completion, Outcome, Unwritten};
+use crate::store::jobs::{self, Completion, KeySlot, Outcome, Unwritten};
 
 /// Where an attempt's outcome is counted once it is written: its queue's metrics, and the
 /// outcome its handler gave. None for a job given back before it started.
@@ -34,6 +34,9 @@ pub struct Outbox {
     since: Option<Instant>,
     /// Not before then: the last write lost a race (see [`Outbox::lost_race`]).
     not_before: Option<Instant>,
+    /// The concurrency-key slots that written outcomes gave up, to hand on (see
+    /// [`Outbox::take_freed`]).
+    freed: Vec<KeySlot>,
 }
 
 impl Outbox {
@@ -50,6 +53,7 @@ impl Outbox {
             job_id,
             batch_id,
             outcome: Outcome::Release,
+            slot: None,
         };
         self.push(c, None, span);
     }
@@ -60,6 +64,12 @@ impl Outbox {
 
     pub fn len(&self) -> usize {
         self.held.len()
+    }
+
+    /// The slots given up by the outcomes written since the last call: each is handed on to
+    /// its key's next blocked job.
+    pub fn take_freed(&mut self) -> Vec<KeySlot> {
+        std::mem::take(&mut self.freed)
     }
 
     /// The batches the held outcomes belong to: still this instance's claims.
@@ -117,6 +127,7 @@ impl Outbox {
         report(&unwritten, &self.held, &self.spans);
         for (c, t) in self.held.iter().zip(self.tallies.drain(..)) {
             count(c, t, &unwritten);
+            freed(&mut self.freed, c, &unwritten);
         }
         self.held.clear();
         self.spans.clear();
@@ -150,6 +161,7 @@ impl Outbox {
                         (t, _) => t,
                     };
                     count(&c, t, &unwritten);
+                    freed(&mut self.freed, &c, &unwritten);
                 }
                 Err(e) => {
                     self.since = Some(Instant::now());
@@ -234,6 +246,18 @@ fn count(c: &Completion, tally: Tally, unwritten: &Unwritten) {
     }
 }
 
+/// Keeps the slot a written outcome gave up. A job released goes back to pending in its
+/// slot; one whose claim was put back is someone else's, slot and all; a job its handler
+/// finished itself (the exactly-once recipe) gave its slot up with its own commit.
+fn freed(freed: &mut Vec<KeySlot>, c: &Completion, unwritten: &Unwritten) {
+    let Some(slot) = &c.slot else {
+        return;
+    };
+    if c.outcome != Outcome::Release && !unwritten.lost.contains(&(c.job_id, c.batch_id)) {
+        freed.push(slot.clone());
+    }
+}
+
 /// Logs the outcomes among `held` that were not written, each in its job's span.
 fn report(unwritten: &Unwritten, held: &[Completion], spans: &[Span]) {
     let span_of = |job_id: u64, batch_id: Option<u64>| {
@@ -270,6 +294,7 @@ mod tests {
             job_id,
             batch_id: 1,
             outcome: Outcome::Done,
+            slot: None,
         }
     }
 

@@ -68,6 +68,7 @@ mod tests {
             pass_env: vec![],
             persistent: None,
             rate: None,
+            key_limit: 1,
         }
     }
 

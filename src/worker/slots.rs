@@ -37,6 +37,8 @@ pub struct Finished {
 struct Running {
     job_id: u64,
     batch_id: u64,
+    /// The concurrency-key slot its job holds.
+    slot: Option<crate::store::jobs::KeySlot>,
     attempt: u32,
     max_attempts: u32,
     queue: std::sync::Arc<crate::config::QueueSettings>,
@@ -204,6 +206,7 @@ impl Slots {
             Running {
                 job_id: job.id,
                 batch_id,
+                slot: job.slot.clone(),
                 attempt: job.attempt,
                 max_attempts,
                 queue,
@@ -371,6 +374,7 @@ impl Slots {
                 job_id: r.job_id,
                 batch_id: r.batch_id,
                 outcome,
+                slot: r.slot,
             },
             span: r.span,
         })
@@ -395,6 +399,7 @@ mod tests {
                 max_attempts: None,
                 due_to_claim: Duration::ZERO,
                 read_at: tokio::time::Instant::now(),
+                slot: None,
             },
             batch_id: 7,
             span: Span::none(),
@@ -408,6 +413,7 @@ mod tests {
                 pass_env: Vec::new(),
                 persistent: None,
                 rate: None,
+                key_limit: 1,
             }),
         }
     }

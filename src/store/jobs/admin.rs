@@ -16,6 +16,7 @@ use super::in_list;
 /// The states a job can be in, as the `status` column spells them.
 pub const STATUSES: &[&str] = &[
     "pending",
+    "blocked",
     "suspect",
     "scheduled",
     "claimed",
@@ -31,6 +32,8 @@ pub struct QueueStats {
     /// Due now: pending, and scheduled jobs whose time has come but that the stager has not
     /// moved yet.
     pub pending: u64,
+    /// Due, but waiting for a slot of their concurrency key (`key_limit`).
+    pub blocked: u64,
     /// Held at two deaths of their workers: due, run one per instance in a quarantine slot
     /// (see migration 8).
     pub suspect: u64,
@@ -71,7 +74,7 @@ pub async fn stats(
              GROUP BY status, queue"
         } else {
             "SELECT queue, status, COUNT(*) FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
-             WHERE status IN ('pending', 'suspect', 'scheduled', 'claimed', 'failed') \
+             WHERE status IN ('pending', 'blocked', 'suspect', 'scheduled', 'claimed', 'failed') \
              GROUP BY status, queue"
         })
         .await
@@ -81,6 +84,7 @@ pub async fn stats(
         raw.insert(q.queue.clone(), queue);
         match status.as_str() {
             "pending" => q.pending = n,
+            "blocked" => q.blocked = n,
             "suspect" => q.suspect = n,
             "scheduled" => q.scheduled = n,
             "claimed" => q.claimed = n,
@@ -147,6 +151,10 @@ pub struct Listed {
     pub id: u64,
     pub queue: String,
     pub status: String,
+    /// Its concurrency key, if it has one.
+    pub concurrency_key: Option<String>,
+    /// The slot of its key it holds (pending, claimed or suspect), if any.
+    pub slot: Option<u16>,
     pub priority: i16,
     pub attempts: u32,
     /// NULL: the queue's.
@@ -179,7 +187,7 @@ pub struct ListFilter<'a> {
 pub async fn list(conn: &mut Conn, filter: &ListFilter<'_>) -> anyhow::Result<Vec<Listed>> {
     let mut sql = format!(
         "SELECT id, queue, status, priority, attempts, max_attempts, {}, {}, {}, worker, \
-             SUBSTRING_INDEX(last_error, '\\n', 1), LENGTH(payload) \
+             SUBSTRING_INDEX(last_error, '\\n', 1), LENGTH(payload), concurrency_key, slot_live \
          FROM myjob_jobs WHERE 1 = 1",
         iso("run_at"),
         iso("created_at"),
@@ -195,48 +203,39 @@ pub async fn list(conn: &mut Conn, filter: &ListFilter<'_>) -> anyhow::Result<Ve
         params.push(s.into());
     }
     sql += match filter.status {
-        Some("pending" | "suspect") => " ORDER BY priority DESC, id",
+        Some("pending" | "suspect" | "blocked") => " ORDER BY priority DESC, id",
         Some("scheduled") => " ORDER BY run_at, id",
         _ => " ORDER BY id DESC",
     };
     sql += " LIMIT ?";
     params.push(filter.limit.into());
-    // Text columns as bytes: queue is binary, and no row may make a conversion fail.
-    type Bytes = Option<Vec<u8>>;
-    type ListRow = (
-        u64,
-        Vec<u8>,
-        Vec<u8>,
-        i16,
-        u32,
-        Option<u32>,
-        Bytes,
-        Bytes,
-        Bytes,
-        Bytes,
-        Bytes,
-        Option<u64>,
-    );
-    let rows: Vec<ListRow> = conn
+    // Text columns as bytes: queue is binary, and no row may make a conversion fail. Read
+    // by position, each a NULL when it cannot convert: more columns than a tuple holds.
+    let rows: Vec<Row> = conn
         .exec(sql, Params::Positional(params))
         .await
         .context("listing jobs")?;
+    fn col<T: mysql_async::prelude::FromValue>(r: &mut Row, i: usize) -> Option<T> {
+        r.take_opt::<Option<T>, _>(i).and_then(Result::ok).flatten()
+    }
     let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
     Ok(rows
         .into_iter()
-        .map(|r| Listed {
-            id: r.0,
-            queue: text(r.1),
-            status: text(r.2),
-            priority: r.3,
-            attempts: r.4,
-            max_attempts: r.5,
-            run_at: r.6.map(text).unwrap_or_default(),
-            created_at: r.7.map(text).unwrap_or_default(),
-            finished_at: r.8.map(text),
-            worker: r.9.map(text),
-            error: r.10.map(text),
-            payload_bytes: r.11.unwrap_or(0),
+        .map(|mut r| Listed {
+            id: col(&mut r, 0).unwrap_or(0),
+            queue: col(&mut r, 1).map(text).unwrap_or_default(),
+            status: col(&mut r, 2).map(text).unwrap_or_default(),
+            priority: col(&mut r, 3).unwrap_or(0),
+            attempts: col(&mut r, 4).unwrap_or(0),
+            max_attempts: col(&mut r, 5),
+            run_at: col(&mut r, 6).map(text).unwrap_or_default(),
+            created_at: col(&mut r, 7).map(text).unwrap_or_default(),
+            finished_at: col(&mut r, 8).map(text),
+            worker: col(&mut r, 9).map(text),
+            error: col(&mut r, 10).map(text),
+            payload_bytes: col(&mut r, 11).unwrap_or(0),
+            concurrency_key: col(&mut r, 12).map(text),
+            slot: col(&mut r, 13),
         })
         .collect())
 }
@@ -260,6 +259,8 @@ const SHOWN: &[(&str, bool)] = &[
     ("suspicion", false),
     ("run_at", true),
     ("unique_key", false),
+    ("concurrency_key", false),
+    ("slot", false),
     ("batch_id", false),
     ("owner_conn", false),
     ("owner_server", false),
@@ -371,14 +372,16 @@ pub async fn retry(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Result<u64, R
     .await
 }
 
-/// The transition itself, `failed → pending`, for those of `ids` still failed: due now,
+/// The transition itself, `failed → pending` (`→ blocked` for a job with a concurrency
+/// key, which the gate admits into a free slot), for those of `ids` still failed: due now,
 /// attempts, rescues and suspicion from 0, the claim's columns cleared, last_error kept. `update` is
 /// `UPDATE` or `UPDATE IGNORE`. Returns how many rows changed. Served by the primary key.
 async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Result<u64> {
     let (list, params) = in_list(ids);
     conn.exec_drop(
         format!(
-            "{update} myjob_jobs SET status = 'pending', attempts = 0, rescues = 0, suspicion = 0, \
+            "{update} myjob_jobs SET status = IF(concurrency_key IS NULL, 'pending', 'blocked'), \
+                 attempts = 0, rescues = 0, suspicion = 0, \
                  run_at = NOW(6), finished_at = NULL, batch_id = NULL, owner_conn = NULL, \
                  owner_server = NULL, worker = NULL, claimed_at = NULL \
              WHERE id IN ({list}) AND status = 'failed'"
@@ -449,12 +452,12 @@ pub async fn retry_queue(conn: &mut Conn, queue: &str) -> anyhow::Result<(u64, u
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Cancelled {
     pub id: u64,
-    /// Its state before: pending, suspect, scheduled or claimed. A claimed job's worker stops its
+    /// Its state before: pending, blocked, suspect, scheduled or claimed. A claimed job's worker stops its
     /// handler.
     pub was: String,
 }
 
-/// The transition `pending | suspect | scheduled | claimed → cancelled`: final, and the job's unique
+/// The transition `pending | blocked | suspect | scheduled | claimed → cancelled`: final, and the job's unique
 /// key is free again. A claimed job keeps its batch_id, by which its worker learns of the
 /// cancel at its next keepalive; the worker's own outcome write, fenced by `status =
 /// 'claimed'`, then matches nothing. A job that had not come due gets run_at now, so that
@@ -471,7 +474,9 @@ pub async fn cancel(
         };
         if let Some((id, status)) = states
             .iter()
-            .find(|s| !["pending", "suspect", "scheduled", "claimed"].contains(&s.1.as_str()))
+            .find(|s| {
+                !["pending", "blocked", "suspect", "scheduled", "claimed"].contains(&s.1.as_str())
+            })
             .cloned()
         {
             return Ok(Err(Refused::State {
@@ -485,7 +490,8 @@ pub async fn cancel(
             format!(
                 "UPDATE myjob_jobs SET status = 'cancelled', finished_at = NOW(6), \
                      run_at = LEAST(run_at, NOW(6)) \
-                 WHERE id IN ({list}) AND status IN ('pending', 'suspect', 'scheduled', 'claimed')"
+                 WHERE id IN ({list}) \
+                   AND status IN ('pending', 'blocked', 'suspect', 'scheduled', 'claimed')"
             ),
             Params::Positional(params),
         )

@@ -15,7 +15,10 @@ use mysql_async::{Conn, Params, TxOpts, Value};
 
 use crate::store::queues;
 
+pub use keys::KeySlot;
+
 pub mod admin;
+pub mod keys;
 pub mod purge;
 
 /// A job as the claim hands it out.
@@ -32,6 +35,8 @@ pub struct ClaimedJob {
     pub due_to_claim: std::time::Duration,
     /// When the batch was read back, by this host's clock: the rest of the wait is from here.
     pub read_at: tokio::time::Instant,
+    /// The slot of its concurrency key it holds, if it has a key.
+    pub slot: Option<KeySlot>,
 }
 
 /// Who claims: written into the claimed rows for the reaper and for people reading the table.
@@ -195,11 +200,21 @@ pub async fn probe(
 /// The jobs a claim stamped with `batch_id`, in run order. Served by the batch_id index.
 pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<ClaimedJob>> {
     // The queue as bytes: the column is binary, and no row may make the conversion panic.
-    type Row = (u64, Vec<u8>, Vec<u8>, u32, Option<u32>, Option<i64>);
+    type Row = (
+        u64,
+        Vec<u8>,
+        Vec<u8>,
+        u32,
+        Option<u32>,
+        Option<i64>,
+        Option<Vec<u8>>,
+        Option<u16>,
+    );
     let rows: Vec<Row> = conn
         .exec(
             "SELECT id, queue, payload, attempts, max_attempts, \
-                    TIMESTAMPDIFF(MICROSECOND, run_at, claimed_at) FROM myjob_jobs \
+                    TIMESTAMPDIFF(MICROSECOND, run_at, claimed_at), concurrency_key, slot \
+             FROM myjob_jobs \
              WHERE batch_id = ? AND status = 'claimed' ORDER BY priority DESC, id",
             (batch_id,),
         )
@@ -209,15 +224,27 @@ pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<Cl
     Ok(rows
         .into_iter()
         .map(
-            |(id, queue, payload, attempt, max_attempts, waited)| ClaimedJob {
-                id,
-                queue: String::from_utf8_lossy(&queue).into_owned(),
-                payload,
-                attempt,
-                max_attempts,
-                // A suspect's run_at is its first due time; a job claimed early never is.
-                due_to_claim: std::time::Duration::from_micros(waited.unwrap_or(0).max(0) as u64),
-                read_at,
+            |(id, queue, payload, attempt, max_attempts, waited, key, slot)| {
+                let queue = String::from_utf8_lossy(&queue).into_owned();
+                ClaimedJob {
+                    id,
+                    // A keyed job admitted by the gate has its slot; one a producer inserted
+                    // as pending itself has none, and holds nothing to hand on.
+                    slot: key.zip(slot).map(|(key, slot)| KeySlot {
+                        queue: queue.clone(),
+                        key,
+                        slot,
+                    }),
+                    queue,
+                    payload,
+                    attempt,
+                    max_attempts,
+                    // A suspect's run_at is its first due time; a job claimed early never is.
+                    due_to_claim: std::time::Duration::from_micros(
+                        waited.unwrap_or(0).max(0) as u64
+                    ),
+                    read_at,
+                }
             },
         )
         .collect())
@@ -236,9 +263,11 @@ pub struct Staged {
     pub more: bool,
 }
 
-/// The stager: moves due `scheduled` jobs to `pending`, and jobs a producer inserted as
-/// `pending` with a future run_at to `scheduled`, so that the claim's range holds due jobs
-/// only. Two ranges of the `(status, run_at)` index: when nothing is due, a read of an entry
+/// The stager: moves due `scheduled` jobs to `pending` (to `blocked` when they have a
+/// concurrency key: the gate admits them), and jobs a producer inserted as `pending` with a
+/// future run_at to `scheduled` (and blocked ones whose run_at an UPDATE moved later), so
+/// that the claim's and the gate's ranges hold due jobs only. Three ranges of the `(status,
+/// run_at)` index: when nothing is due, a read of an entry
 /// or two. The UPDATE repeats while it moves a whole chunk, a bounded number of times, so
 /// that a stager's connection is never busy for long. With a `lag`, only the scheduled jobs
 /// due for longer than that move: what a stager without the lock does when the one with it
@@ -252,7 +281,7 @@ pub async fn stage(conn: &mut Conn, lag: Duration) -> anyhow::Result<Staged> {
         .exec_first(
             "SELECT 1 FROM myjob_jobs FORCE INDEX (myjob_jobs_due) \
              WHERE (status = 'scheduled' AND run_at <= NOW(6) - INTERVAL ? MICROSECOND) \
-                OR (status = 'pending' AND run_at > NOW(6)) \
+                OR (status IN ('pending', 'blocked') AND run_at > NOW(6)) \
              LIMIT 1",
             (lag,),
         )
@@ -265,9 +294,10 @@ pub async fn stage(conn: &mut Conn, lag: Duration) -> anyhow::Result<Staged> {
     for _ in 0..STAGE_CHUNKS {
         conn.exec_drop(
             "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_due) \
-             SET status = IF(status = 'scheduled', 'pending', 'scheduled') \
+             SET status = IF(status = 'scheduled', \
+                              IF(concurrency_key IS NULL, 'pending', 'blocked'), 'scheduled') \
              WHERE (status = 'scheduled' AND run_at <= NOW(6) - INTERVAL ? MICROSECOND) \
-                OR (status = 'pending' AND run_at > NOW(6)) \
+                OR (status IN ('pending', 'blocked') AND run_at > NOW(6)) \
              LIMIT ?",
             (lag, STAGE_CHUNK),
         )
@@ -347,6 +377,8 @@ pub struct Completion {
     pub job_id: u64,
     pub batch_id: u64,
     pub outcome: Outcome,
+    /// The concurrency-key slot the job held, handed on once the outcome is written.
+    pub slot: Option<KeySlot>,
 }
 
 /// The most bytes of a handler's reason `last_error` keeps. The column is TEXT (65,535
@@ -787,6 +819,8 @@ pub struct NewJob {
     pub max_attempts: Option<u32>,
     pub delay: Duration,
     pub unique_key: Option<String>,
+    /// At most the queue's `key_limit` jobs of one key run at once; None is no limit.
+    pub concurrency_key: Option<String>,
 }
 
 /// What `enqueue` did.
@@ -808,20 +842,25 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
         .await
         .context("starting the enqueue transaction")?;
     // `id = LAST_INSERT_ID(id)` makes the existing row's id the one the client reads back.
-    // A delayed job is `scheduled`, out of the claim's range until it is due. The assignments
-    // read the old status, so it is assigned last.
-    let status = if job.delay.is_zero() {
-        "pending"
-    } else {
-        "scheduled"
+    // A delayed job is `scheduled`, out of the claim's range until it is due; a job with a
+    // concurrency key is `blocked` until the gate admits it into a slot. The assignments read
+    // the old status, so it is assigned last; a replaced job with a key waits for a slot
+    // again.
+    let status = match (job.delay.is_zero(), &job.concurrency_key) {
+        (false, _) => "scheduled",
+        (true, Some(_)) => "blocked",
+        (true, None) => "pending",
     };
     tx.exec_drop(
-        "INSERT INTO myjob_jobs (queue, payload, priority, max_attempts, run_at, unique_key, status) \
-         VALUES (?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND, ?, ?) \
+        "INSERT INTO myjob_jobs (queue, payload, priority, max_attempts, run_at, unique_key, \
+             concurrency_key, status) \
+         VALUES (?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), \
-             payload = IF(status IN ('pending', 'scheduled'), VALUES(payload), payload), \
-             run_at = IF(status IN ('pending', 'scheduled'), VALUES(run_at), run_at), \
-             status = IF(status IN ('pending', 'scheduled'), VALUES(status), status)",
+             payload = IF(status IN ('pending', 'scheduled', 'blocked'), VALUES(payload), payload), \
+             run_at = IF(status IN ('pending', 'scheduled', 'blocked'), VALUES(run_at), run_at), \
+             concurrency_key = IF(status IN ('pending', 'scheduled', 'blocked'), \
+                                  VALUES(concurrency_key), concurrency_key), \
+             status = IF(status IN ('pending', 'scheduled', 'blocked'), VALUES(status), status)",
         (
             &job.queue,
             &job.payload,
@@ -829,6 +868,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
             job.max_attempts,
             job.delay.as_micros() as u64,
             &job.unique_key,
+            &job.concurrency_key,
             status,
         ),
     )
@@ -844,7 +884,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
         .context("reading the job back")?;
     let result = match status.as_deref() {
         _ if inserted => Enqueued::Inserted(id),
-        Some("pending" | "scheduled") => Enqueued::Replaced(id),
+        Some("pending" | "scheduled" | "blocked") => Enqueued::Replaced(id),
         _ => Enqueued::Running(id),
     };
     tx.commit().await.context("committing the job")?;

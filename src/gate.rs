@@ -1,0 +1,81 @@
+//! The gate: admits blocked jobs into the free slots of their concurrency keys (see
+//! `store::jobs::keys`). A job that ends hands its slot on itself (`worker::handoff`); the
+//! gate admits the rest: jobs that arrive blocked (a producer's INSERT, a retry come due,
+//! `myjob retry`), slots freed by the reaper or a cancel, and any hand-off that was missed.
+//! It reads the rows, not a counter, so a pass repairs whatever the last one left.
+//!
+//! Every instance gates the queues it serves, with their `key_limit`, once per poll, on the
+//! stager's connection: no lock picks one, because an admission is a race the slot index
+//! referees (two gates that pick one slot change one row). When no queue has a blocked job, a
+//! pass is one statement that reads an entry per served queue.
+
+use std::collections::HashMap;
+
+use mysql_async::Conn;
+
+use crate::config::Settings;
+use crate::store::jobs::keys;
+
+/// How many entries of the blocked index one read takes: a read covers this many keys with
+/// one job waiting each, or one key with a long line.
+const KEYS_PER_READ: usize = 256;
+/// How many reads one queue gets per pass; the next pass goes on where this one stopped.
+const READS_PER_PASS: usize = 8;
+
+#[derive(Debug, Default)]
+pub struct Gate {
+    /// Per queue, the last key the previous pass looked at when it stopped at its bound: the
+    /// next pass starts after it, so that every key gets its turn however many there are.
+    resume: HashMap<String, Vec<u8>>,
+}
+
+impl Gate {
+    /// One pass over the served queues; returns how many jobs it admitted.
+    pub async fn pass(&mut self, conn: &mut Conn, settings: &Settings) -> anyhow::Result<u64> {
+        let names: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
+        let blocked = keys::blocked_queues(conn, &names).await?;
+        self.resume.retain(|q, _| blocked.contains(q));
+        let mut admitted = 0;
+        for queue in blocked {
+            let Some(limit) = settings.queue(&queue).map(|q| q.key_limit) else {
+                continue;
+            };
+            admitted += self.queue(conn, &queue, limit).await?;
+        }
+        Ok(admitted)
+    }
+
+    /// Admits blocked jobs of `queue` into the free slots `1..=limit` of their keys, a
+    /// bounded number of keys per pass.
+    async fn queue(&mut self, conn: &mut Conn, queue: &str, limit: u16) -> anyhow::Result<u64> {
+        let mut admitted = 0;
+        for _ in 0..READS_PER_PASS {
+            let after = self.resume.get(queue).cloned();
+            let (found, full) =
+                keys::blocked_keys(conn, queue, after.as_deref(), KEYS_PER_READ).await?;
+            let held = keys::held_slots(conn, queue, &found).await?;
+            for key in &found {
+                let taken: Vec<u16> = held.iter().filter(|h| h.0 == *key).map(|h| h.1).collect();
+                for slot in (1..=limit).filter(|s| !taken.contains(s)) {
+                    // None moved: the key has no blocked job left, or another admission
+                    // took the slot; either way the next pass looks again.
+                    if !keys::hand_off(conn, queue, key, slot).await? {
+                        break;
+                    }
+                    admitted += 1;
+                }
+            }
+            match (full, found.last()) {
+                (true, Some(last)) => {
+                    self.resume.insert(queue.to_owned(), last.clone());
+                }
+                // The end of the queue's keys: the next pass starts from the first.
+                _ => {
+                    self.resume.remove(queue);
+                    break;
+                }
+            }
+        }
+        Ok(admitted)
+    }
+}
