@@ -1,5 +1,5 @@
 //! The fault-injection run: many jobs over three queues (one of them run by persistent
-//! handler processes under a rate limit), three instances, and for a set time
+//! handler processes under a rate limit, one with concurrency keys), three instances, and for a set time
 //! kill -9s, killed claimer connections, a restart of the database server and a frozen instance. At the end
 //! it prints a verdict and a table: no job lost, none marked done twice, and every job that
 //! ran more than once listed by cause.
@@ -20,6 +20,8 @@
 //!   O_APPEND): job, attempt, instance, myjob's pid, batch, time, exit code;
 //! - a trigger on `myjob_jobs` records every UPDATE that leaves a row `done`, so a second
 //!   "done" for a job, even one that changes nothing, shows up;
+//! - the keyed queue's runs, from the same record, give how many jobs of each key ran at
+//!   once (a run cut short by a kill -9 ends when its instance was killed);
 //! - the run keeps its own list of the faults it injected, with times and pids.
 
 mod common;
@@ -41,6 +43,12 @@ const QUEUES: [&str; 3] = ["a", "b", "c"];
 const RATE_LIMITED_QUEUE: &str = "b";
 /// Queue `b` runs a persistent handler: one long-lived process per slot.
 const PERSISTENT_QUEUE: &str = "b";
+/// Queue `a`'s jobs have one of [`KEYS`] concurrency keys, at most [`KEY_LIMIT`] of a key
+/// running at once: a limit that binds (4 slots of the 12 the instances have: the queue
+/// takes about half of a short run, and runs through its faults).
+const KEYED_QUEUE: &str = "a";
+const KEYS: u64 = 2;
+const KEY_LIMIT: usize = 2;
 /// Queue `c` allows one attempt, so its designed failures end `failed`; `a` and `b` retry.
 const FAIL_EVERY: u64 = 50;
 const STALE_AFTER: Duration = Duration::from_secs(5);
@@ -311,6 +319,9 @@ fn config_text(url: &str, work: &Work, rate: u64) -> String {
         if q == RATE_LIMITED_QUEUE {
             text += &format!("rate_limit = \"{rate}/1s\"\n");
         }
+        if q == KEYED_QUEUE {
+            text += &format!("key_limit = {KEY_LIMIT}\n");
+        }
     }
     text
 }
@@ -338,14 +349,18 @@ async fn prepare(db: &TestDb, jobs: u64) {
     let mut id = 0u64;
     while id < jobs {
         let n = (jobs - id).min(1000);
-        let rows = vec!["(?, ?)"; n as usize].join(", ");
+        let rows = vec!["(?, ?, ?)"; n as usize].join(", ");
         let mut params: Vec<mysql_async::Value> = Vec::new();
         for i in id..id + n {
-            params.push(QUEUES[(i % 3) as usize].into());
+            let queue = QUEUES[(i % 3) as usize];
+            params.push(queue.into());
             params.push(payload.as_str().into());
+            // Blocked from its INSERT on, as a producer's plain SQL makes it.
+            let key = (queue == KEYED_QUEUE).then(|| format!("k{}", i / 3 % KEYS));
+            params.push(key.into());
         }
         conn.exec_drop(
-            format!("INSERT INTO myjob_jobs (queue, payload) VALUES {rows}"),
+            format!("INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {rows}"),
             params,
         )
         .await
@@ -935,7 +950,7 @@ async fn wait_empty(db: &TestDb, limit: Duration) -> u64 {
             let left: Option<u64> = conn
                 .query_first(
                     "SELECT COUNT(*) FROM myjob_jobs \
-                     WHERE status IN ('pending', 'scheduled', 'claimed')",
+                     WHERE status IN ('pending', 'blocked', 'suspect', 'scheduled', 'claimed')",
                 )
                 .await
                 .ok()
@@ -970,6 +985,8 @@ struct Verdict {
     frozen_lost: Vec<u64>,
     /// Handler runs with a start line and no end line: killed with their instance.
     cut_short: usize,
+    /// The most jobs of one concurrency key that ran at once, by key.
+    key_most: BTreeMap<String, usize>,
     kills: usize,
     /// Under systemd: how often it restarted the units, which must be once per kill.
     systemd_restarts: Option<u64>,
@@ -978,6 +995,7 @@ struct Verdict {
 impl Verdict {
     fn pass(&self) -> bool {
         self.lost == 0
+            && self.key_most.values().all(|&n| n <= KEY_LIMIT)
             && self.double_done.is_empty()
             && self.failed_unexpectedly.is_empty()
             && self.done_unrun.is_empty()
@@ -1084,6 +1102,10 @@ impl Verdict {
             "handler runs cut short (no end line; killed with their instance): {}",
             self.cut_short
         );
+        println!(
+            "queue {KEYED_QUEUE}: the most jobs of one concurrency key at once, by key (key_limit {KEY_LIMIT}): {:?}",
+            self.key_most
+        );
         if let Some(n) = self.systemd_restarts {
             println!(
                 "systemd restarted the units {n} times for {} kill -9 (must be equal)",
@@ -1122,10 +1144,14 @@ async fn judge(
     started: f64,
 ) -> Verdict {
     let mut conn = db.conn().await;
-    let rows: Vec<(u64, String, String)> = conn
-        .query("SELECT id, queue, status FROM myjob_jobs")
+    let keyed: Vec<(u64, String, String, Option<String>)> = conn
+        .query("SELECT id, queue, status, concurrency_key FROM myjob_jobs")
         .await
         .unwrap();
+    let rows: Vec<(u64, String, String)> = keyed
+        .iter()
+        .map(|(id, q, s, _)| (*id, q.clone(), s.clone()))
+        .collect();
     let double_done: Vec<u64> = conn
         .query("SELECT job_id FROM chaos_done GROUP BY job_id HAVING COUNT(*) > 1 ORDER BY job_id")
         .await
@@ -1144,6 +1170,7 @@ async fn judge(
         frozen_lost: Vec::new(),
         busy: 0.0,
         cut_short: 0,
+        key_most: BTreeMap::new(),
         kills: faults
             .iter()
             .filter(|f| matches!(f, Fault::Kill { .. }))
@@ -1213,6 +1240,7 @@ async fn judge(
             }
         }
     }
+    v.key_most = key_most(&keyed, &runs, faults);
     let freeze = freeze.map(|(pid, _, from, to, _)| (pid, from, to));
     for (id, runs) in &runs {
         // Every run but the last was superseded by a later one: why?
@@ -1261,6 +1289,56 @@ async fn judge(
         }
     }
     v
+}
+
+/// The most runs of jobs of one concurrency key that were alive at once, by key. A run
+/// without an end line ended when its instance was killed (its guard kills it then), or at
+/// the latest when its job ran again (a claim lost: the handler is killed, and the job keeps
+/// its slot for its next run).
+fn key_most(
+    jobs: &[(u64, String, String, Option<String>)],
+    runs: &HashMap<u64, Vec<Run>>,
+    faults: &[Fault],
+) -> BTreeMap<String, usize> {
+    let mut events: Vec<(f64, bool, &str)> = Vec::new();
+    for (id, _, _, key) in jobs {
+        let (Some(key), Some(list)) = (key, runs.get(id)) else {
+            continue;
+        };
+        for (i, r) in list.iter().enumerate() {
+            let killed = faults.iter().find_map(|f| match f {
+                Fault::Kill { instance, at } if *instance == r.instance && *at >= r.start => {
+                    Some(*at)
+                }
+                _ => None,
+            });
+            let next = list.get(i + 1).map(|n| n.start);
+            let end = r
+                .end
+                .or_else(|| match (killed, next) {
+                    (Some(k), Some(n)) => Some(k.min(n)),
+                    (k, n) => k.or(n),
+                })
+                .unwrap_or(r.start);
+            events.push((r.start, true, key));
+            events.push((end, false, key));
+        }
+    }
+    // Ends before starts at one instant: a slot handed on cannot start before its end.
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut running: HashMap<&str, usize> = HashMap::new();
+    let mut most: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, start, key) in events {
+        let n = running.entry(key).or_default();
+        if start {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+        }
+        let m = most.entry(key.to_owned()).or_default();
+        *m = (*m).max(*n);
+    }
+    most
 }
 
 /// The handler's record, by job: runs in start order, each with its exit code if it ended.
