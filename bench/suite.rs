@@ -92,6 +92,12 @@ impl Bench {
             self.logging_item().await;
             return;
         }
+        if alone("--flow-only") {
+            // For working on item 17 alone.
+            self.line(head);
+            self.flow_item().await;
+            return;
+        }
         if alone("--cat-only") {
             // For working on item 2: the spawn ceiling, then `cat` per job at concurrency 32,
             // with where the CPU goes.
@@ -148,6 +154,8 @@ impl Bench {
         // 15. What the metrics cost; 16. what the log costs.
         self.metrics_item().await;
         self.logging_item().await;
+        // 17. What concurrency keys cost.
+        self.flow_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",

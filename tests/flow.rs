@@ -441,7 +441,10 @@ async fn a_reload_that_lowers_key_limit_drains_down_to_it() {
         .filter(|e| e.at > reloaded + 400_000_000)
         .collect();
     let (most, _) = most_at_once(&after);
-    eprintln!("after the reload: {} events, most at once {most:?}", after.len());
+    eprintln!(
+        "after the reload: {} events, most at once {most:?}",
+        after.len()
+    );
     assert!(after.len() >= 6, "too few jobs ran after the reload");
     assert_eq!(most.get("k"), Some(&1));
 }
