@@ -89,7 +89,7 @@ impl Bench {
         let t = Instant::now();
         insert_keyed(&mut conn, n, keys).await;
         let inserted = n as f64 / t.elapsed().as_secs_f64();
-        let config = self.config(8, &Handler::from(myjob::config::NOOP_HANDLER), "100ms");
+        let config = self.config(8, &Handler::from("myjob:noop"), "100ms");
         let workers = Workers(vec![self.start(&config, 1)]);
         wait_none_left(&mut conn).await;
         workers.stop();

@@ -140,6 +140,9 @@ pub async fn run(
     let stats = Arc::new(Stats::default());
     let (connected_tx, connected) = tokio::sync::oneshot::channel();
     let name = WorkerName::this_process(&opts.instance);
+    // The gate tells the consumer when it admitted blocked jobs: it probes at once rather
+    // than at its next poll.
+    let admitted = Arc::new(tokio::sync::Notify::new());
     let consumer = Consumer::new(
         database.clone(),
         settings_rx.clone(),
@@ -147,8 +150,14 @@ pub async fn run(
         stats.clone(),
         metrics.clone(),
         connected_tx,
+        admitted.clone(),
     );
-    let stager = Stager::new(database.clone(), settings_rx.clone(), metrics.clone());
+    let stager = Stager::new(
+        database.clone(),
+        settings_rx.clone(),
+        metrics.clone(),
+        admitted,
+    );
     let reaper = Reaper::new(database, settings_rx, name, metrics.clone());
 
     let mut tasks = Tasks::default();

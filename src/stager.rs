@@ -52,6 +52,8 @@ pub struct Stager {
     standby_polls: u32,
     /// Admits blocked jobs, at every poll.
     gate: Gate,
+    /// Told when the gate admitted jobs: the consumer probes at once.
+    admitted: Arc<tokio::sync::Notify>,
     /// While the server is read-only: said once, and passes spaced out by the backoff.
     read_only: db::ReadOnly,
     backoff: db::Backoff,
@@ -73,8 +75,10 @@ impl Stager {
         db: DatabaseSettings,
         settings: watch::Receiver<Arc<Settings>>,
         metrics: Arc<Metrics>,
+        admitted: Arc<tokio::sync::Notify>,
     ) -> Self {
         Stager {
+            admitted,
             metrics,
             db,
             settings,
@@ -138,6 +142,7 @@ impl Stager {
         if let Some(conn) = self.conn.as_mut() {
             let admitted = self.gate.pass(conn, &settings).await?;
             if admitted > 0 {
+                self.admitted.notify_one();
                 self.read_only.wrote("gate");
                 debug!(
                     jobs = admitted,

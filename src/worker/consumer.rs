@@ -93,6 +93,8 @@ pub struct Consumer {
     /// start again: left out of the claims and the probe's answer until then, then claimed
     /// at once (see [`rate::claim`]).
     rate_wait: Vec<(String, Instant)>,
+    /// Notified by this instance's gate when it admitted blocked jobs: probe at once.
+    admitted: Arc<tokio::sync::Notify>,
 }
 
 impl Consumer {
@@ -103,9 +105,11 @@ impl Consumer {
         stats: Arc<Stats>,
         metrics: Arc<Metrics>,
         connected: oneshot::Sender<()>,
+        admitted: Arc<tokio::sync::Notify>,
     ) -> Self {
         let now = Instant::now();
         Consumer {
+            admitted,
             settings,
             metrics: metrics.clone(),
             worker: name.to_string(),
@@ -240,6 +244,9 @@ impl Consumer {
                 // A reload may lift or change a limit: the queues it held back are probed
                 // again rather than left out until their old wait ends.
                 _ = self.settings.changed() => self.rate_wait.clear(),
+                // Jobs the gate admitted are pending now: asked for at this turn, not the
+                // next poll.
+                _ = self.admitted.notified() => self.next_probe = Instant::now(),
             }
         }
         // Prefetched jobs never started: back to pending, the attempt given back.
