@@ -192,6 +192,35 @@ fn most_at_once(events: &[Event]) -> (std::collections::BTreeMap<String, usize>,
     (most, most_all)
 }
 
+/// A config of the test queue `q` and a queue `keyed` run by [`KEYED`] sleeping `sleep`
+/// seconds, with `extra` TOML in `keyed`, and `worker_extra` in `[worker]`.
+fn keyed_config(db: &TestDb, worker_extra: &str, sleep: &str, extra: &str) -> std::path::PathBuf {
+    let handler = db.script("keyed.sh", &KEYED.replace("SLEEP", sleep));
+    db.config(
+        worker_extra,
+        &format!(
+            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\n{extra}",
+            handler.display()
+        ),
+    )
+}
+
+/// `n` jobs of queue `keyed` by plain SQL, with `keys` keys in turn (`k0`, `k1`, …), each
+/// job's payload its key.
+async fn insert_keyed(db: &TestDb, n: usize, keys: usize) {
+    let values: Vec<String> = (0..n)
+        .map(|i| format!("('keyed', 'k{0}', 'k{0}')", i % keys))
+        .collect();
+    db.conn()
+        .await
+        .query_drop(format!(
+            "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+}
+
 /// Jobs of four keys, inserted by plain SQL, interleaved, beside jobs without a key, on two
 /// instances: a key's jobs run one at a time (key_limit's default, 1), in arrival order,
 /// while keys run beside each other and the jobs without a key are not held up; each job
@@ -200,24 +229,8 @@ fn most_at_once(events: &[Event]) -> (std::collections::BTreeMap<String, usize>,
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_runs_one_job_at_a_time_in_order_and_keys_side_by_side() {
     let db = TestDb::new("key_limit").await;
-    let handler = db.script("keyed.sh", &KEYED.replace("SLEEP", "0.05"));
-    let config = db.config(
-        "concurrency = 8",
-        &format!(
-            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\n",
-            handler.display()
-        ),
-    );
-    let mut conn = db.conn().await;
-    let values: Vec<String> = (0..40)
-        .map(|i| format!("('keyed', 'k{0}', 'k{0}')", i % 4))
-        .collect();
-    conn.query_drop(format!(
-        "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
-        values.join(", ")
-    ))
-    .await
-    .unwrap();
+    let config = keyed_config(&db, "concurrency = 8", "0.05", "");
+    insert_keyed(&db, 40, 4).await;
     db.insert_rows("(queue, payload)", "('q', 'x')", 20).await;
     assert_eq!(db.count("status = 'blocked'").await, 40);
     let _w1 = Worker::start(&config, "1");
@@ -269,30 +282,14 @@ async fn a_key_runs_one_job_at_a_time_in_order_and_keys_side_by_side() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_limit_of_two_holds_across_instances() {
     let db = TestDb::new("key_limit_two").await;
-    let handler = db.script("keyed.sh", &KEYED.replace("SLEEP", "0.1"));
-    let config = db.config(
-        "concurrency = 6",
-        &format!(
-            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\nkey_limit = 2\n",
-            handler.display()
-        ),
-    );
+    let config = keyed_config(&db, "concurrency = 6", "0.1", "key_limit = 2\n");
     let mut workers = Vec::new();
     for i in 0..3 {
         let own = db.path(&format!("myjob{i}.toml"));
         edited(&config, &own, &[(&db.url, &db.node_url(i))]);
         workers.push(Worker::start(&own, &format!("n{i}")));
     }
-    let mut conn = db.conn().await;
-    let values: Vec<String> = (0..60)
-        .map(|i| format!("('keyed', 'k{0}', 'k{0}')", i % 3))
-        .collect();
-    conn.query_drop(format!(
-        "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
-        values.join(", ")
-    ))
-    .await
-    .unwrap();
+    insert_keyed(&db, 60, 3).await;
     db.wait_count("status = 'done'", 60, 90).await;
     let (most, _) = most_at_once(&trace(&db));
     eprintln!("most at once by key {most:?}");
@@ -407,27 +404,17 @@ async fn the_flash_sale_sells_each_unit_once_in_arrival_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_that_lowers_key_limit_drains_down_to_it() {
     let db = TestDb::new("key_limit_reload").await;
-    let handler = db.script("keyed.sh", &KEYED.replace("SLEEP", "0.3"));
-    let queue = |limit: u32| {
-        format!(
-            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\nkey_limit = {limit}\n",
-            handler.display()
-        )
-    };
-    let config = db.config("concurrency = 4", &queue(3));
-    let mut conn = db.conn().await;
-    let values: Vec<String> = (0..24).map(|_| "('keyed', 'k', 'k')".to_owned()).collect();
-    conn.query_drop(format!(
-        "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
-        values.join(", ")
-    ))
-    .await
-    .unwrap();
+    let config = keyed_config(&db, "concurrency = 4", "0.3", "key_limit = 3\n");
+    insert_keyed(&db, 24, 1).await;
     let w = Worker::start(&config, "1");
     db.wait_at_least("status = 'done'", 6, 30).await;
     let (before, _) = most_at_once(&trace(&db));
-    assert_eq!(before.get("k"), Some(&3), "three at once before the reload");
-    db.config("concurrency = 4", &queue(1));
+    assert_eq!(
+        before.get("k0"),
+        Some(&3),
+        "three at once before the reload"
+    );
+    keyed_config(&db, "concurrency = 4", "0.3", "key_limit = 1\n");
     w.signal(nix::sys::signal::Signal::SIGHUP);
     w.wait_log("reload: new configuration in use", 10).await;
     let reloaded = std::time::SystemTime::now()
@@ -446,5 +433,5 @@ async fn a_reload_that_lowers_key_limit_drains_down_to_it() {
         after.len()
     );
     assert!(after.len() >= 6, "too few jobs ran after the reload");
-    assert_eq!(most.get("k"), Some(&1));
+    assert_eq!(most.get("k0"), Some(&1));
 }

@@ -818,28 +818,19 @@ async fn the_reaper_applies_retention() {
 async fn blocked_jobs_are_counted_listed_cancelled_and_retried_into_the_line() {
     let db = TestDb::new("op_blocked").await;
     let config = db.config("", "");
-    let a = ok(
-        &config,
-        &[
+    let keyed = |payload: &str| {
+        let args = [
             "enqueue",
             "--queue",
             "q",
             "--concurrency-key",
             "sku-42",
-            "a",
-        ],
-    );
-    let b = ok(
-        &config,
-        &[
-            "enqueue",
-            "--queue",
-            "q",
-            "--concurrency-key",
-            "sku-42",
-            "b",
-        ],
-    );
+            payload,
+        ];
+        ok(&config, &args)
+    };
+    let a = keyed("a");
+    let b = keyed("b");
     let plain = ok(&config, &["enqueue", "--queue", "q", "c"]);
     let (a, b, plain) = (a.trim(), b.trim(), plain.trim());
     assert_eq!(db.count("status = 'blocked'").await, 2);
