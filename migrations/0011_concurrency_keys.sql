@@ -4,8 +4,9 @@
 -- - concurrency_key: set by the producer; NULL (the default) is a job without a limit.
 -- - slot: which of the key's N slots the job was admitted into (1..N), set by the gate when it
 --   moves a job from 'blocked' to 'pending'.
--- - slot_live: the slot while the job holds it (pending, claimed, or a suspect waiting to run
---   again); a unique index on (queue, concurrency_key, slot_live) makes an N+1st holder
+-- - slot_live: the slot while the job holds it (pending, claimed, a suspect waiting to run
+--   again, or cancelled while its handler may still run: until its worker says the handler
+--   has stopped, or the reaper finds the worker gone); a unique index on (queue, concurrency_key, slot_live) makes an N+1st holder
 --   impossible, whatever two gates race: a crash cannot leak a slot, because a dead worker's
 --   claim keeps it exactly until the reaper has decided, and a release is the job's own
 --   fenced status write.
@@ -38,6 +39,7 @@ ALTER TABLE myjob_jobs
     AS (IF(status IN ('pending', 'scheduled', 'claimed', 'suspect', 'blocked'), unique_key, NULL))
     VIRTUAL AFTER unique_key,
   ADD COLUMN slot_live SMALLINT UNSIGNED
-    AS (IF(status IN ('pending', 'claimed', 'suspect'), slot, NULL)) VIRTUAL,
+    AS (IF(status IN ('pending', 'claimed', 'suspect')
+           OR (status = 'cancelled' AND owner_conn IS NOT NULL), slot, NULL)) VIRTUAL,
   ADD COLUMN blocked_key VARBINARY(191) AS (IF(status = 'blocked', concurrency_key, NULL)) VIRTUAL,
   ALGORITHM = INSTANT;

@@ -394,8 +394,10 @@ async fn reap(
             None => break,
         }
     }
+    // Jobs cancelled while they ran, whose worker has not said the handler stopped.
+    let cancels = jobs::old_cancels(conn, stale_after, PAGE).await?;
     let last_pass = std::mem::take(&mut memory.suspects);
-    if old.is_empty() {
+    if old.is_empty() && cancels.is_empty() {
         return Ok(());
     }
     let live = processlist(conn).await?;
@@ -444,6 +446,25 @@ async fn reap(
             max,
             metrics,
         );
+    }
+    for claim in &cancels {
+        let Verdict::Dead(reason) = judge(claim, &view) else {
+            continue;
+        };
+        // Two passes in a row, as for a claim.
+        let suspect = (claim.id, claim.batch_id, claim.owner_conn);
+        if !last_pass.contains(&suspect) {
+            memory.suspects.insert(suspect);
+            continue;
+        }
+        if jobs::forget_cancel(conn, claim).await? {
+            job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).in_scope(|| {
+                info!(
+                    job_id = claim.id,
+                    "reaper: a job cancelled while it ran lost its worker ({reason}): its handler is gone with it"
+                )
+            });
+        }
     }
     if foreign > 0 {
         info!(

@@ -435,3 +435,126 @@ async fn a_reload_that_lowers_key_limit_drains_down_to_it() {
     assert!(after.len() >= 6, "too few jobs ran after the reload");
     assert_eq!(most.get("k0"), Some(&1));
 }
+
+/// A running job of a key that an operator cancels keeps its slot until its handler has
+/// stopped: one that ignores SIGTERM lives through `kill_grace` before its SIGKILL, and the
+/// key's next job stays blocked all that time; then it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_running_job_keeps_its_slot_until_its_handler_stops() {
+    let db = TestDb::new("key_cancel").await;
+    let handler = db.script(
+        "stubborn.sh",
+        "#!/bin/sh\ntrap '' TERM\necho $$ > DIR/pid-$MYJOB_JOB_ID\nsleep 30\n",
+    );
+    let config = db.config(
+        "concurrency = 4\nkill_grace = \"2s\"",
+        &format!(
+            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\n",
+            handler.display()
+        ),
+    );
+    insert_keyed(&db, 2, 1).await;
+    let _w = Worker::start(&config, "1");
+    db.wait_count("status = 'claimed'", 1, 30).await;
+    let mut conn = db.conn().await;
+    let ids: Vec<u64> = conn
+        .query("SELECT id FROM myjob_jobs ORDER BY id")
+        .await
+        .unwrap();
+    let pid_file = db.path(&format!("pid-{}", ids[0]));
+    while !pid_file.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let out = common::myjob(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "cancel",
+            &ids[0].to_string(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let asked = std::time::Instant::now();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z"))
+    };
+    while alive() {
+        assert_eq!(
+            db.job(ids[1]).await.0,
+            "blocked",
+            "the key's next job left the line while the cancelled one's handler lived"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "the handler lived on"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "the cancelled handler lived {:?} after the cancel",
+        asked.elapsed()
+    );
+    assert!(
+        asked.elapsed() >= Duration::from_secs(1),
+        "killed before its grace"
+    );
+    db.wait_count(&format!("id = {} AND status = 'claimed'", ids[1]), 1, 10)
+        .await;
+}
+
+/// The worker of a job cancelled while it ran dies (kill -9) before it could say the handler
+/// stopped: the reaper of another instance finds the worker gone and frees the slot, and
+/// the key's next job runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_job_whose_worker_died_frees_its_slot() {
+    let db = TestDb::new("key_cancel_dead").await;
+    let handler = db.script(
+        "stubborn.sh",
+        "#!/bin/sh\ntrap '' TERM\necho $$ > DIR/pid-$MYJOB_JOB_ID\nsleep 30\n",
+    );
+    let config = db.config(
+        "concurrency = 4\nkill_grace = \"5s\"",
+        &format!(
+            "\n[[queue]]\nname = \"keyed\"\ncommand = [\"{}\"]\n",
+            handler.display()
+        ),
+    );
+    insert_keyed(&db, 2, 1).await;
+    let mut first = Worker::start(&config, "1");
+    db.wait_count("status = 'claimed'", 1, 30).await;
+    let mut conn = db.conn().await;
+    let ids: Vec<u64> = conn
+        .query("SELECT id FROM myjob_jobs ORDER BY id")
+        .await
+        .unwrap();
+    let out = common::myjob(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "cancel",
+            &ids[0].to_string(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    first.signal(nix::sys::signal::Signal::SIGKILL);
+    first.wait(10);
+    assert_eq!(db.job(ids[1]).await.0, "blocked");
+    // stale_after is 2 s, two reaper passes of 500 ms.
+    let _second = Worker::start(&config, "2");
+    db.wait_count(&format!("id = {} AND status = 'claimed'", ids[1]), 1, 20)
+        .await;
+    let owner: Option<u64> = conn
+        .exec_first("SELECT owner_conn FROM myjob_jobs WHERE id = ?", (ids[0],))
+        .await
+        .unwrap()
+        .flatten();
+    assert_eq!(owner, None, "the dead worker's cancelled claim was cleared");
+}

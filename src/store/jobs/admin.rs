@@ -459,7 +459,8 @@ pub struct Cancelled {
 
 /// The transition `pending | blocked | suspect | scheduled | claimed → cancelled`: final, and the job's unique
 /// key is free again. A claimed job keeps its batch_id, by which its worker learns of the
-/// cancel at its next keepalive; the worker's own outcome write, fenced by `status =
+/// cancel at its next keepalive, and its owner, which holds its concurrency-key slot until
+/// the worker says the handler has stopped (see migration 11); the worker's own outcome write, fenced by `status =
 /// 'claimed'`, then matches nothing. A job that had not come due gets run_at now, so that
 /// the age of a finished job is read from one index. All or nothing: a job that is missing
 /// or finished refuses the whole change.

@@ -551,7 +551,9 @@ pub async fn write_outcomes(
 }
 
 /// After a reconnect: marks this worker's live claims as owned by the new connection, so the
-/// reaper does not take them from handlers that are still running. Fenced by batch_id: a batch
+/// reaper does not take them from handlers that are still running; so too the jobs cancelled
+/// while they ran whose handlers have not been seen to stop (their concurrency-key slot is
+/// held until then). Fenced by batch_id: a batch
 /// the reaper already put back is not taken again.
 pub async fn adopt(conn: &mut Conn, batch_ids: &[u64], owner_server: &str) -> anyhow::Result<u64> {
     if batch_ids.is_empty() {
@@ -563,7 +565,8 @@ pub async fn adopt(conn: &mut Conn, batch_ids: &[u64], owner_server: &str) -> an
     conn.exec_drop(
         format!(
             "UPDATE myjob_jobs SET owner_conn = CONNECTION_ID(), owner_server = ? \
-             WHERE status = 'claimed' AND batch_id IN ({list})"
+             WHERE batch_id IN ({list}) \
+               AND (status = 'claimed' OR (status = 'cancelled' AND owner_conn IS NOT NULL))"
         ),
         Params::Positional(params),
     )
@@ -693,6 +696,51 @@ pub async fn old_claims(
     }
     let next = last.filter(|_| claims.len() >= limit);
     Ok((claims, next))
+}
+
+/// The jobs cancelled while they ran more than `older_than` ago whose worker has not said
+/// their handler stopped (at most `limit`): each holds its concurrency-key slot until then,
+/// and a worker that died never says so. Served by the stale index's cancelled range, whose
+/// rows with a NULL claimed_at (the handler seen to stop) come first and are not read.
+pub async fn old_cancels(
+    conn: &mut Conn,
+    older_than: Duration,
+    limit: usize,
+) -> anyhow::Result<Vec<OldClaim>> {
+    let rows: Vec<OldClaimRow> = conn
+        .exec(
+            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, \
+                 queue \
+             FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
+             WHERE status = 'cancelled' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
+               AND owner_conn IS NOT NULL \
+             ORDER BY claimed_at LIMIT ?",
+            (older_than.as_micros() as u64, limit as u64),
+        )
+        .await
+        .context("reading old cancels")?;
+    Ok(rows.into_iter().map(old_claim).collect())
+}
+
+/// The worker of a job cancelled while it ran is gone, and its handler with it: the claim's
+/// owner is cleared, as the worker would have done on seeing the handler stop (see
+/// [`CANCEL_SEEN`]), which frees the job's concurrency-key slot. Fenced by the batch and
+/// owner the reaper saw. Returns whether the row changed. Served by the primary key.
+pub async fn forget_cancel(conn: &mut Conn, claim: &OldClaim) -> anyhow::Result<bool> {
+    conn.exec_drop(
+        "UPDATE myjob_jobs SET owner_conn = NULL, owner_server = NULL, claimed_at = NULL \
+         WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
+           AND status = 'cancelled'",
+        (
+            claim.id,
+            claim.batch_id,
+            claim.owner_conn,
+            &claim.owner_server,
+        ),
+    )
+    .await
+    .context("clearing a dead worker's cancelled claim")?;
+    Ok(conn.affected_rows() == 1)
 }
 
 /// The claims of workers named `host:<any pid>:instance`, however recent (at most `limit`).
