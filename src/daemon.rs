@@ -141,8 +141,8 @@ pub async fn run(
     let (connected_tx, connected) = tokio::sync::oneshot::channel();
     let name = WorkerName::this_process(&opts.instance);
     // The gate tells the consumer when it admitted blocked jobs: it probes at once rather
-    // than at its next poll.
-    let admitted = Arc::new(tokio::sync::Notify::new());
+    // than at its next poll; the consumer tells the gate when its probe saw blocked jobs.
+    let wakes = Arc::new(crate::gate::Wakes::default());
     let consumer = Consumer::new(
         database.clone(),
         settings_rx.clone(),
@@ -150,13 +150,13 @@ pub async fn run(
         stats.clone(),
         metrics.clone(),
         connected_tx,
-        admitted.clone(),
+        wakes.clone(),
     );
     let stager = Stager::new(
         database.clone(),
         settings_rx.clone(),
         metrics.clone(),
-        admitted,
+        wakes,
     );
     let reaper = Reaper::new(database, settings_rx, name, metrics.clone());
 

@@ -16,11 +16,19 @@ use mysql_async::Conn;
 use crate::config::Settings;
 use crate::store::jobs::keys;
 
-/// How many entries of the blocked index one read takes: a read covers this many keys with
-/// one job waiting each, or one key with a long line.
-const KEYS_PER_READ: usize = 256;
+/// The most entries of the blocked index one read takes: a read covers this many keys with
+/// one job waiting each.
+const MAX_ENTRIES: usize = 256;
 /// How many reads one queue gets per pass; the next pass goes on where this one stopped.
-const READS_PER_PASS: usize = 8;
+const READS_PER_PASS: usize = 64;
+/// How the gate and its instance's consumer wake each other.
+#[derive(Debug, Default)]
+pub struct Wakes {
+    /// The gate admitted jobs: the consumer probes at once rather than at its next poll.
+    pub admitted: tokio::sync::Notify,
+    /// The consumer's probe saw blocked jobs in its queues: the gate runs at once.
+    pub blocked: tokio::sync::Notify,
+}
 
 #[derive(Debug, Default)]
 pub struct Gate {
@@ -45,18 +53,22 @@ impl Gate {
         Ok(admitted)
     }
 
-    /// Admits blocked jobs of `queue` into the free slots `1..=limit` of their keys, a
-    /// bounded number of keys per pass.
+    /// Admits blocked jobs of `queue` into the free slots `1..=limit` of their keys, while a
+    /// key holds fewer than `limit` (after a reload lowered it, a key may hold more until they
+    /// end), a bounded number of reads per pass. A read's size adapts to the lines: behind
+    /// keys with long lines it reads little more than one entry a key (the next read starts
+    /// after the last key seen), behind keys of one job each it reads many keys at once.
     async fn queue(&mut self, conn: &mut Conn, queue: &str, limit: u16) -> anyhow::Result<u64> {
         let mut admitted = 0;
+        let mut entries = MAX_ENTRIES;
         for _ in 0..READS_PER_PASS {
             let after = self.resume.get(queue).cloned();
-            let (found, full) =
-                keys::blocked_keys(conn, queue, after.as_deref(), KEYS_PER_READ).await?;
+            let (found, full) = keys::blocked_keys(conn, queue, after.as_deref(), entries).await?;
             let held = keys::held_slots(conn, queue, &found).await?;
             for key in &found {
                 let taken: Vec<u16> = held.iter().filter(|h| h.0 == *key).map(|h| h.1).collect();
-                for slot in (1..=limit).filter(|s| !taken.contains(s)) {
+                let room = usize::from(limit).saturating_sub(taken.len());
+                for slot in (1..=limit).filter(|s| !taken.contains(s)).take(room) {
                     // None moved: the key has no blocked job left, or another admission
                     // took the slot; either way the next pass looks again.
                     if !keys::hand_off(conn, queue, key, slot).await? {
@@ -75,6 +87,8 @@ impl Gate {
                     break;
                 }
             }
+            // Twice as many entries as keys found: one key a read when lines are long.
+            entries = (found.len() * 2).clamp(2, MAX_ENTRIES);
         }
         Ok(admitted)
     }

@@ -14,8 +14,10 @@
 //! take it over also stages, without the lock, the jobs due for longer than [`OVERDUE`]: a
 //! working holder leaves none, and each move is fenced by the row's own status and run_at.
 //!
-//! The same task runs the gate (see [`crate::gate`]) at every poll, lock or not: each
-//! instance admits the blocked jobs of the queues it serves, with their `key_limit`.
+//! The same task runs the gate (see [`crate::gate`]), lock or not: each instance admits the
+//! blocked jobs of the queues it serves, with their `key_limit`. It runs at once when the
+//! consumer's probe saw blocked jobs in those queues, and every few polls besides (a busy
+//! consumer does not probe), so that an idle instance pays no statement of its own for it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +31,7 @@ use tracing::{debug, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock};
 use crate::error::chain;
-use crate::gate::Gate;
+use crate::gate::{Gate, Wakes};
 use crate::metrics::{Metrics, Op};
 use crate::store::jobs;
 
@@ -52,8 +54,11 @@ pub struct Stager {
     standby_polls: u32,
     /// Admits blocked jobs, at every poll.
     gate: Gate,
-    /// Told when the gate admitted jobs: the consumer probes at once.
-    admitted: Arc<tokio::sync::Notify>,
+    /// Shared with the consumer: told when the gate admitted jobs, and woken when the
+    /// consumer's probe saw blocked ones.
+    wakes: Arc<Wakes>,
+    /// Polls since the gate last ran.
+    gate_polls: u32,
     /// While the server is read-only: said once, and passes spaced out by the backoff.
     read_only: db::ReadOnly,
     backoff: db::Backoff,
@@ -75,10 +80,11 @@ impl Stager {
         db: DatabaseSettings,
         settings: watch::Receiver<Arc<Settings>>,
         metrics: Arc<Metrics>,
-        admitted: Arc<tokio::sync::Notify>,
+        wakes: Arc<Wakes>,
     ) -> Self {
         Stager {
-            admitted,
+            wakes,
+            gate_polls: 0,
             metrics,
             db,
             settings,
@@ -96,13 +102,18 @@ impl Stager {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut wait = Duration::ZERO;
         loop {
-            tokio::select! {
+            // A wake by the consumer runs the gate alone; the staging keeps its pace.
+            let blocked = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(wait) => {}
-            }
+                _ = tokio::time::sleep(wait) => false,
+                _ = self.wakes.blocked.notified() => true,
+            };
             let poll = self.settings.borrow().worker.poll_interval;
             let t = Instant::now();
-            let pass = self.pass().await;
+            let pass = match blocked {
+                true => self.gate().await.map(|()| Pass::Staged { more: false }),
+                false => self.pass().await,
+            };
             self.metrics
                 .statement(Op::Stage, t.elapsed(), pass.as_ref().err());
             if pass.is_ok() {
@@ -138,19 +149,30 @@ impl Stager {
             self.standby_polls = STANDBY_POLLS;
         }
         let pass = self.stage().await?;
-        let settings = self.settings.borrow().clone();
-        if let Some(conn) = self.conn.as_mut() {
-            let admitted = self.gate.pass(conn, &settings).await?;
-            if admitted > 0 {
-                self.admitted.notify_one();
-                self.read_only.wrote("gate");
-                debug!(
-                    jobs = admitted,
-                    "gate: blocked jobs admitted into free slots of their keys"
-                );
-            }
+        self.gate_polls += 1;
+        if self.gate_polls >= STANDBY_POLLS {
+            self.gate().await?;
         }
         Ok(pass)
+    }
+
+    /// A pass of the gate, on this connection (none before the first pass connects).
+    async fn gate(&mut self) -> anyhow::Result<()> {
+        self.gate_polls = 0;
+        let settings = self.settings.borrow().clone();
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let admitted = self.gate.pass(conn, &settings).await?;
+        if admitted > 0 {
+            self.wakes.admitted.notify_one();
+            self.read_only.wrote("gate");
+            debug!(
+                jobs = admitted,
+                "gate: blocked jobs admitted into free slots of their keys"
+            );
+        }
+        Ok(())
     }
 
     /// Stages, when this instance holds the stager lock; without it, tries to take it over

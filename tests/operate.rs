@@ -881,6 +881,38 @@ async fn blocked_jobs_are_counted_listed_cancelled_and_retried_into_the_line() {
     ok(&config, &["retry", b]);
     assert_eq!(db.job(b.parse().unwrap()).await.0, "blocked");
 
+    // Enqueued again with its unique key, a pending (admitted) job keeps its slot; with
+    // another key it waits for a slot of that one.
+    let unique = |key: &str, payload: &str| {
+        let args = [
+            "enqueue",
+            "--queue",
+            "q",
+            "--unique-key",
+            "u1",
+            "--concurrency-key",
+            key,
+            payload,
+        ];
+        ok(&config, &args).trim().to_owned()
+    };
+    let u = unique("sku-7", "x");
+    conn.query_drop(format!(
+        "UPDATE myjob_jobs SET status = 'pending', slot = 1 WHERE id = {u}"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(unique("sku-7", "y"), u);
+    let row: Option<(String, Option<u16>, Vec<u8>)> = conn
+        .query_first(format!(
+            "SELECT status, slot_live, payload FROM myjob_jobs WHERE id = {u}"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(row, Some(("pending".into(), Some(1), b"y".to_vec())));
+    assert_eq!(unique("sku-8", "z"), u);
+    assert_eq!(db.job(u.parse().unwrap()).await.0, "blocked");
+
     let long = "k".repeat(192);
     let err = fails(
         &config,

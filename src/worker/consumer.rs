@@ -21,6 +21,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure};
 use crate::error::chain;
+use crate::gate::Wakes;
 use crate::logging::job_span;
 use crate::metrics::{self, Metrics, Op};
 use crate::stats::Stats;
@@ -93,8 +94,9 @@ pub struct Consumer {
     /// start again: left out of the claims and the probe's answer until then, then claimed
     /// at once (see [`rate::claim`]).
     rate_wait: Vec<(String, Instant)>,
-    /// Notified by this instance's gate when it admitted blocked jobs: probe at once.
-    admitted: Arc<tokio::sync::Notify>,
+    /// Shared with this instance's gate: it says when it admitted jobs, and is told when the
+    /// probe saw blocked ones.
+    wakes: Arc<Wakes>,
 }
 
 impl Consumer {
@@ -105,11 +107,11 @@ impl Consumer {
         stats: Arc<Stats>,
         metrics: Arc<Metrics>,
         connected: oneshot::Sender<()>,
-        admitted: Arc<tokio::sync::Notify>,
+        wakes: Arc<Wakes>,
     ) -> Self {
         let now = Instant::now();
         Consumer {
-            admitted,
+            wakes,
             settings,
             metrics: metrics.clone(),
             worker: name.to_string(),
@@ -246,7 +248,7 @@ impl Consumer {
                 _ = self.settings.changed() => self.rate_wait.clear(),
                 // Jobs the gate admitted are pending now: asked for at this turn, not the
                 // next poll.
-                _ = self.admitted.notified() => self.next_probe = Instant::now(),
+                _ = self.wakes.admitted.notified() => self.next_probe = Instant::now(),
             }
         }
         // Prefetched jobs never started: back to pending, the attempt given back.
@@ -505,6 +507,9 @@ impl Consumer {
                     !paused.contains(q) && !rate_wait.iter().any(|(held, _)| held == q)
                 });
                 self.suspects = probe.suspects.filter(|q| !paused.contains(q));
+                if probe.blocked {
+                    self.wakes.blocked.notify_one();
+                }
             }
             Err(e) => self.db_error(e).await,
         }

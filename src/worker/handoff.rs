@@ -4,55 +4,50 @@
 //! hand-off is an admission like the gate's, which repairs one that is missed (a crash
 //! between the two, a race lost on Galera).
 
-use anyhow::Context as _;
-use mysql_async::prelude::*;
 use mysql_async::Conn;
 
 use crate::config::Settings;
 use crate::store::jobs::{keys, KeySlot};
 
-/// Hands each of `freed` on, in one transaction when there are several (one commit); a slot
-/// above its queue's `key_limit` (lowered by a reload) is not handed on, so that the key
-/// drains down to the limit. Returns the queues that got a pending job, which the consumer
-/// claims from at once.
+/// Hands each of `freed` on, while its key holds fewer slots than its queue's `key_limit`
+/// (after a reload lowered it, the slots above it are not handed on, and the key drains down
+/// to it). One read of the held slots per queue, then one autocommit statement per hand-off:
+/// each stands alone, so a race lost on one (a deadlock, Galera's conflict at the commit)
+/// undoes no other, and a duplicate-key check holds no lock past its statement. Returns the
+/// queues that got a pending job, which the consumer claims from at once.
 pub async fn hand_on(
     conn: &mut Conn,
     settings: &Settings,
     freed: &[KeySlot],
 ) -> anyhow::Result<Vec<String>> {
-    let due: Vec<&KeySlot> = freed
-        .iter()
-        .filter(|s| {
-            settings
-                .queue(&s.queue)
-                .is_some_and(|q| s.slot <= q.key_limit)
-        })
-        .collect();
-    let several = due.len() > 1;
-    if several {
-        conn.query_drop("BEGIN")
-            .await
-            .context("starting the hand-off transaction")?;
-    }
     let mut busy: Vec<String> = Vec::new();
-    for s in due {
-        // A race lost to another admission (or a deadlock that ended the transaction, after
-        // which each hand-off commits by itself) admits nothing and goes on.
-        match keys::hand_off(conn, &s.queue, &s.key, s.slot).await {
-            Ok(true) if !busy.contains(&s.queue) => busy.push(s.queue.clone()),
-            Ok(_) => {}
-            Err(e) => {
-                if several {
-                    let _ = conn.query_drop("ROLLBACK").await;
+    let mut queues: Vec<&str> = freed.iter().map(|s| s.queue.as_str()).collect();
+    queues.sort_unstable();
+    queues.dedup();
+    for queue in queues {
+        let Some(limit) = settings.queue(queue).map(|q| q.key_limit) else {
+            continue;
+        };
+        let mine: Vec<&KeySlot> = freed
+            .iter()
+            .filter(|s| s.queue == queue && s.slot <= limit)
+            .collect();
+        let mut keys: Vec<Vec<u8>> = mine.iter().map(|s| s.key.clone()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut held = keys::held_slots(conn, queue, &keys).await?;
+        for s in mine {
+            let holds = held.iter().filter(|h| h.0 == s.key).count();
+            if holds >= usize::from(limit) {
+                continue;
+            }
+            if keys::hand_off(conn, queue, &s.key, s.slot).await? {
+                held.push((s.key.clone(), s.slot));
+                if !busy.iter().any(|q| q == queue) {
+                    busy.push(queue.to_owned());
                 }
-                return Err(e);
             }
         }
-    }
-    if several {
-        conn.query_drop("COMMIT")
-            .await
-            .context("committing the hand-offs")?;
     }
     Ok(busy)
 }

@@ -135,6 +135,8 @@ pub struct Probe {
     pub paused: Option<Vec<String>>,
     /// A queue of those asked about for suspects that has one, if any.
     pub suspects: Option<String>,
+    /// Whether a queue asked about has blocked jobs (waiting for a concurrency-key slot).
+    pub blocked: bool,
 }
 
 /// Which of `queues` have pending jobs, with `pauses` which queues are paused, and which of
@@ -144,7 +146,8 @@ pub struct Probe {
 /// entry of one queue's range of the claim index `(status, queue, …)`, so the answer costs
 /// one index dive per queue whatever the backlogs hold; the suspects' arm reads the first
 /// entry of the `'suspect'` range for those queues; the paused queues are a few rows of
-/// `myjob_queues`. It does not look at `run_at`: a pending job not yet due (a row whose
+/// `myjob_queues`; the blocked arm reads the first non-NULL entry of the queues' ranges of
+/// the blocked index `(queue, blocked_key, …)`. It does not look at `run_at`: a pending job not yet due (a row whose
 /// run_at an UPDATE moved later) is rare and short-lived, and costs one empty claim at most.
 pub async fn probe(
     conn: &mut Conn,
@@ -154,6 +157,7 @@ pub async fn probe(
 ) -> anyhow::Result<Probe> {
     const PENDING: u8 = 0;
     const SUSPECT: u8 = 2;
+    const BLOCKED: u8 = 3;
     let arm = "(SELECT queue, 0 FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
                WHERE status = 'pending' AND queue = ? LIMIT 1)";
     let mut arms: Vec<String> = vec![arm.to_owned(); queues.len()];
@@ -164,6 +168,14 @@ pub async fn probe(
         ));
     }
     let mut params: Vec<Value> = queues.iter().map(|q| (*q).into()).collect();
+    if !queues.is_empty() {
+        let (list, values) = in_list(queues);
+        arms.push(format!(
+            "(SELECT queue, 3 FROM myjob_jobs FORCE INDEX (myjob_jobs_blocked) \
+              WHERE queue IN ({list}) AND blocked_key IS NOT NULL LIMIT 1)"
+        ));
+        params.extend(values);
+    }
     if !suspects.is_empty() {
         let (list, values) = in_list(suspects);
         arms.push(format!(
@@ -183,6 +195,7 @@ pub async fn probe(
         busy: Vec::new(),
         paused: pauses.then(Vec::new),
         suspects: None,
+        blocked: false,
     };
     for (queue, kind) in rows {
         // The column is binary: no name may make the conversion fail.
@@ -190,6 +203,7 @@ pub async fn probe(
         match (kind, probe.paused.as_mut()) {
             (PENDING, _) => probe.busy.push(queue),
             (SUSPECT, _) => probe.suspects = Some(queue),
+            (BLOCKED, _) => probe.blocked = true,
             (_, Some(paused)) => paused.push(queue),
             (_, None) => {}
         }
@@ -407,7 +421,7 @@ pub fn fit_error(error: &str) -> String {
 /// then the cancelled row is what tells the worker to stop the handler, so a purge keeps it
 /// (see `purge::purge_batch`). Served by the primary key.
 const CANCEL_SEEN: &str = "UPDATE myjob_jobs SET owner_conn = NULL, owner_server = NULL, \
-         claimed_at = NULL \
+         claimed_at = NULL, slot = NULL \
      WHERE id = ? AND batch_id = ? AND status = 'cancelled'";
 
 /// One fenced UPDATE about finished jobs.
@@ -457,12 +471,13 @@ pub async fn write_outcomes(
                 "UPDATE myjob_jobs SET status = 'scheduled', \
                      run_at = NOW(6) + INTERVAL ? MICROSECOND, \
                      last_error = ?, batch_id = NULL, owner_conn = NULL, owner_server = NULL, \
-                     worker = NULL, claimed_at = NULL, suspicion = 0 \
+                     worker = NULL, claimed_at = NULL, suspicion = 0, slot = NULL \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
                 vec![(delay.as_micros() as u64).into(), fit_error(error).into()],
             ),
             Outcome::Fail { error } => (
-                "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ? \
+                "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ?, \
+                     slot = NULL \
                  WHERE id = ? AND batch_id = ? AND status = 'claimed'",
                 vec![fit_error(error).into()],
             ),
@@ -490,7 +505,7 @@ pub async fn write_outcomes(
         params.push(batch_id.into());
         statements.push(Statement {
             sql: format!(
-                "UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6) \
+                "UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6), slot = NULL \
                  WHERE id IN ({list}) AND batch_id = ? AND status = 'claimed'"
             ),
             params,
@@ -728,7 +743,8 @@ pub async fn old_cancels(
 /// owner the reaper saw. Returns whether the row changed. Served by the primary key.
 pub async fn forget_cancel(conn: &mut Conn, claim: &OldClaim) -> anyhow::Result<bool> {
     conn.exec_drop(
-        "UPDATE myjob_jobs SET owner_conn = NULL, owner_server = NULL, claimed_at = NULL \
+        "UPDATE myjob_jobs SET owner_conn = NULL, owner_server = NULL, claimed_at = NULL, \
+             slot = NULL \
          WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
            AND status = 'cancelled'",
         (
@@ -816,7 +832,7 @@ pub async fn rescue(
         conn.exec_drop(
             format!(
                 "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ?, \
-                     rescues = rescues + 1 {fence}"
+                     rescues = rescues + 1, slot = NULL {fence}"
             ),
             (
                 error,
@@ -892,8 +908,9 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
     // `id = LAST_INSERT_ID(id)` makes the existing row's id the one the client reads back.
     // A delayed job is `scheduled`, out of the claim's range until it is due; a job with a
     // concurrency key is `blocked` until the gate admits it into a slot. The assignments read
-    // the old status, so it is assigned last; a replaced job with a key waits for a slot
-    // again.
+    // the old status, so it is assigned before the key and after the rest; a pending job
+    // replaced with the same key keeps its slot (it is next anyway), one whose key changed
+    // waits for a slot of its new key.
     let status = match (job.delay.is_zero(), &job.concurrency_key) {
         (false, _) => "scheduled",
         (true, Some(_)) => "blocked",
@@ -906,9 +923,13 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
          ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id), \
              payload = IF(status IN ('pending', 'scheduled', 'blocked'), VALUES(payload), payload), \
              run_at = IF(status IN ('pending', 'scheduled', 'blocked'), VALUES(run_at), run_at), \
+             status = IF(status IN ('pending', 'scheduled', 'blocked'), \
+                         IF(status = 'pending' AND VALUES(status) = 'blocked' \
+                              AND concurrency_key <=> VALUES(concurrency_key), \
+                            'pending', VALUES(status)), \
+                         status), \
              concurrency_key = IF(status IN ('pending', 'scheduled', 'blocked'), \
-                                  VALUES(concurrency_key), concurrency_key), \
-             status = IF(status IN ('pending', 'scheduled', 'blocked'), VALUES(status), status)",
+                                  VALUES(concurrency_key), concurrency_key)",
         (
             &job.queue,
             &job.payload,
