@@ -593,3 +593,58 @@ async fn a_cancelled_job_whose_worker_died_frees_its_slot() {
         .flatten();
     assert_eq!(owner, None, "the dead worker's cancelled claim was cleared");
 }
+
+/// Two admissions of different jobs of one key into one slot at once, in transactions on two
+/// connections (on a cluster, through two nodes, where neither sees the other's row before
+/// its commit): one holds the slot, and the other commits nothing: on one server the unique
+/// index refuses it (1062) once the first commits; on Galera, certification refuses the
+/// second commit (1213), because the slot index is a unique key of the write set.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_admissions_into_one_slot_leave_one_holder() {
+    let db = TestDb::new("slot_race").await;
+    insert_keyed(&db, 2, 1).await;
+    let mut conn = db.conn().await;
+    let ids: Vec<u64> = conn
+        .query("SELECT id FROM myjob_jobs ORDER BY id")
+        .await
+        .unwrap();
+    let connect = |i: usize| {
+        let url = db.node_url(i);
+        async move {
+            let settings = myjob::config::DatabaseSettings::from_url(&url).unwrap();
+            myjob::db::connect(&settings).await.unwrap()
+        }
+    };
+    const ADMIT: &str =
+        "UPDATE myjob_jobs SET status = 'pending', slot = 1 WHERE id = ? AND status = 'blocked'";
+    let mut a = connect(0).await;
+    let mut b = connect(1).await;
+    a.query_drop("BEGIN").await.unwrap();
+    a.exec_drop(ADMIT, (ids[0],)).await.unwrap();
+    assert_eq!(a.affected_rows(), 1);
+    // On one server, the second waits for the first's row lock on the slot entry.
+    let second = tokio::spawn(async move {
+        b.query_drop("BEGIN").await.unwrap();
+        let admitted = match b.exec_drop(ADMIT, (ids[1],)).await {
+            Ok(()) => b.query_drop("COMMIT").await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let _ = b.query_drop("ROLLBACK").await;
+        admitted
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = a.query_drop("COMMIT").await.map_err(|e| e.to_string());
+    let second = second.await.unwrap();
+    eprintln!("first: {first:?}, second: {second:?}");
+    assert!(
+        first.is_ok() != second.is_ok(),
+        "exactly one admission must commit: {first:?}, {second:?}"
+    );
+    let refused = first.as_ref().err().or(second.as_ref().err()).unwrap();
+    assert!(
+        refused.contains("1062") || refused.contains("1213"),
+        "{refused}"
+    );
+    assert_eq!(db.count("slot_live = 1").await, 1);
+    assert_eq!(db.count("status = 'blocked'").await, 1);
+}
