@@ -1,11 +1,12 @@
 //! Item 17: what concurrency keys cost. A queue without limits pays nothing: the no-op
-//! handler on the table as migrated, against the same table with the keys' two indexes
-//! dropped (the table as it was before them), in turns, and the producer's INSERTs of its
-//! jobs alike. Keyed jobs: the no-op handler over 1,000 keys and over one key (each job
+//! handler against the same with myjob as it was before concurrency keys (a build of the
+//! commit before them, on a table its own `migrate` made: `bench/run` builds it and names it
+//! in MYJOB_BENCH_BASELINE_BIN), in turns, and the producer's INSERTs of its jobs alike. Keyed jobs: the no-op handler over 1,000 keys and over one key (each job
 //! handed on by the one before), against the queue without limits. And the index entries a
 //! claim reads behind 200,000 blocked jobs of one key, against a clean table, and a
 //! hand-off's behind them.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
@@ -13,42 +14,43 @@ use mysql_async::Conn;
 
 use crate::harness::{drain_rate, mark, median, Bench, Handler, Workers};
 
-/// The keys' indexes, dropped to measure the table without them.
-const DROP_KEY_INDEXES: &str =
-    "ALTER TABLE myjob_jobs DROP INDEX myjob_jobs_slot, DROP INDEX myjob_jobs_blocked";
-
 impl Bench {
     pub(crate) async fn flow_item(&mut self) {
+        let baseline = std::env::var_os("MYJOB_BENCH_BASELINE_BIN").map(PathBuf::from);
         let (mut with, mut without, mut ins_with, mut ins_without) =
             (vec![], vec![], vec![], vec![]);
-        let (mut many, mut one) = (vec![], vec![]);
+        let mut many = vec![];
         for _ in 0..self.size.repeats {
-            let (ins, rate) = self.keyed_run(true, None).await;
+            let (ins, rate) = self.keyed_run(None).await;
             ins_with.push(ins);
             with.push(rate);
-            let (ins, rate) = self.keyed_run(false, None).await;
-            ins_without.push(ins);
-            without.push(rate);
-            many.push(self.keyed_run(true, Some(1000)).await.1);
+            if let Some(bin) = &baseline {
+                let (ins, rate) = self.baseline_run(bin).await;
+                ins_without.push(ins);
+                without.push(rate);
+            }
+            many.push(self.keyed_run(Some(1000)).await.1);
         }
         // One key runs one job at a time: fewer jobs, and one run.
-        one.push(
-            self.keyed_run_of(true, Some(1), self.size.jobs / 10)
-                .await
-                .1,
-        );
-        let (with, without) = (median(with), median(without));
-        let (ins_with, ins_without) = (median(ins_with), median(ins_without));
-        let (many, one) = (median(many), median(one));
-        self.line(&format!(
-            "| no-op handler, 1 × 8, a queue without limits, table with the concurrency keys' indexes, jobs/s | {with:.0} | {:.2} of without them ({without:.0}) | ≥ 0.95 {} |",
-            with / without,
-            mark(with / without >= 0.95)
-        ));
-        self.line(&format!(
-            "| its jobs' plain INSERTs (1,000 rows a statement), with the keys' indexes, rows/s | {ins_with:.0} | {:.2} of without them ({ins_without:.0}) | |",
-            ins_with / ins_without
-        ));
+        let one = self.keyed_run_of(Some(1), self.size.jobs / 10).await.1;
+        let (with, ins_with, many) = (median(with), median(ins_with), median(many));
+        match baseline {
+            Some(_) => {
+                let (without, ins_without) = (median(without), median(ins_without));
+                self.line(&format!(
+                    "| no-op handler, 1 × 8, a queue without limits, jobs/s | {with:.0} | {:.2} of myjob before concurrency keys ({without:.0}) | ≥ 0.95 {} |",
+                    with / without,
+                    mark(with / without >= 0.95)
+                ));
+                self.line(&format!(
+                    "| its jobs' plain INSERTs (1,000 rows a statement), rows/s | {ins_with:.0} | {:.2} of before ({ins_without:.0}) | |",
+                    ins_with / ins_without
+                ));
+            }
+            None => self.line(&format!(
+                "| no-op handler, 1 × 8, a queue without limits, jobs/s | {with:.0} | (no baseline build: MYJOB_BENCH_BASELINE_BIN unset) | ≥ 0.95 ✗ missed |"
+            )),
+        }
         self.line(&format!(
             "| no-op handler, 1 × 8, jobs over 1,000 concurrency keys (key_limit 1), jobs/s | {many:.0} | {:.2} of without limits | |",
             many / with
@@ -72,28 +74,62 @@ impl Bench {
         ));
     }
 
-    /// [`Bench::keyed_run_of`] with the size's jobs.
-    async fn keyed_run(&self, indexes: bool, keys: Option<u64>) -> (f64, f64) {
-        self.keyed_run_of(indexes, keys, self.size.jobs).await
+    /// The no-op run of [`Bench::keyed_run_of`] with the baseline build `bin`, on a fresh
+    /// database its own `migrate` made.
+    async fn baseline_run(&self, bin: &Path) -> (f64, f64) {
+        let mut root = self.root().await;
+        root.query_drop("DROP DATABASE IF EXISTS myjob_bench")
+            .await
+            .unwrap();
+        root.query_drop("CREATE DATABASE myjob_bench")
+            .await
+            .unwrap();
+        let config = self.config(8, &Handler::from("myjob:noop"), "100ms");
+        let migrated = std::process::Command::new(bin)
+            .args(["--config", config.to_str().unwrap(), "migrate"])
+            .output()
+            .unwrap();
+        assert!(
+            migrated.status.success(),
+            "the baseline's migrate: {migrated:?}"
+        );
+        let mut conn = self.conn().await;
+        self.timed_run(&mut conn, bin, &config, None, self.size.jobs)
+            .await
     }
 
-    /// One run of `n` jobs, the no-op handler at concurrency 8: rows/s of the producer's
-    /// INSERTs, and jobs/s from the first claim to the last finish. Without `indexes`, the
-    /// keys' indexes are dropped first; with `keys`, the jobs have that many concurrency keys,
-    /// in turn. Verified: every job done, each claimed once.
-    async fn keyed_run_of(&self, indexes: bool, keys: Option<u64>, n: usize) -> (f64, f64) {
+    /// [`Bench::keyed_run_of`] with the size's jobs.
+    async fn keyed_run(&self, keys: Option<u64>) -> (f64, f64) {
+        self.keyed_run_of(keys, self.size.jobs).await
+    }
+
+    /// One run of `n` jobs, the no-op handler at concurrency 8, on a fresh database: with
+    /// `keys`, the jobs have that many concurrency keys, in turn.
+    async fn keyed_run_of(&self, keys: Option<u64>, n: usize) -> (f64, f64) {
         let mut conn = self.fresh().await;
-        if !indexes {
-            conn.query_drop(DROP_KEY_INDEXES).await.unwrap();
-        }
-        let t = Instant::now();
-        insert_keyed(&mut conn, n, keys).await;
-        let inserted = n as f64 / t.elapsed().as_secs_f64();
         let config = self.config(8, &Handler::from("myjob:noop"), "100ms");
-        let workers = Workers(vec![self.start(&config, 1)]);
-        wait_none_left(&mut conn).await;
+        let bin = Path::new(crate::harness::BIN);
+        self.timed_run(&mut conn, bin, &config, keys, n).await
+    }
+
+    /// Inserts `n` jobs (see [`insert_keyed`]) and runs them with `bin`: rows/s of the
+    /// producer's INSERTs, and jobs/s from the first claim to the last finish. Verified: every
+    /// job done, each claimed once.
+    async fn timed_run(
+        &self,
+        conn: &mut Conn,
+        bin: &Path,
+        config: &Path,
+        keys: Option<u64>,
+        n: usize,
+    ) -> (f64, f64) {
+        let t = Instant::now();
+        insert_keyed(conn, n, keys).await;
+        let inserted = n as f64 / t.elapsed().as_secs_f64();
+        let workers = Workers(vec![self.start_of(bin, config, 1, "info")]);
+        wait_none_left(conn).await;
         workers.stop();
-        (inserted, drain_rate(&mut conn, n as u64).await)
+        (inserted, drain_rate(conn, n as u64).await)
     }
 
     /// Index entries (Handler_read_* deltas) of a claim of 100 on a table of 100 pending jobs,
@@ -145,16 +181,23 @@ impl Bench {
 /// application inserts them: 1,000 rows a statement.
 async fn insert_keyed(conn: &mut Conn, n: usize, keys: Option<u64>) {
     let payload = "x".repeat(200);
+    // Without keys, the statement any schema takes, the baseline's too.
+    let (row, columns) = match keys {
+        Some(_) => ("('bench', ?, ?)", "(queue, payload, concurrency_key)"),
+        None => ("('bench', ?)", "(queue, payload)"),
+    };
     for start in (0..n).step_by(1000) {
         let rows = (n - start).min(1000);
-        let values = vec!["('bench', ?, ?)"; rows].join(", ");
+        let values = vec![row; rows].join(", ");
         let mut params: Vec<mysql_async::Value> = Vec::new();
         for i in start..start + rows {
             params.push(payload.as_str().into());
-            params.push(keys.map(|k| format!("k{}", i as u64 % k)).into());
+            if let Some(k) = keys {
+                params.push(format!("k{}", i as u64 % k).into());
+            }
         }
         conn.exec_drop(
-            format!("INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {values}"),
+            format!("INSERT INTO myjob_jobs {columns} VALUES {values}"),
             params,
         )
         .await

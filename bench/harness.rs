@@ -197,8 +197,19 @@ impl Bench {
 
     /// [`Bench::start`] with `filter` as MYJOB_LOG.
     pub(crate) fn start_logging(&self, config: &Path, instance: usize, filter: &str) -> Child {
+        self.start_of(Path::new(BIN), config, instance, filter)
+    }
+
+    /// [`Bench::start_logging`] of the binary `bin` (another build of myjob).
+    pub(crate) fn start_of(
+        &self,
+        bin: &Path,
+        config: &Path,
+        instance: usize,
+        filter: &str,
+    ) -> Child {
         let log = std::fs::File::create(self.dir.join(format!("worker-{instance}.log"))).unwrap();
-        Command::new(BIN)
+        Command::new(bin)
             .args([
                 "--config",
                 config.to_str().unwrap(),

@@ -19,8 +19,8 @@ use crate::store::jobs::keys;
 /// The most entries of the blocked index one read takes: a read covers this many keys with
 /// one job waiting each.
 const MAX_ENTRIES: usize = 256;
-/// How many reads one queue gets per pass; the next pass goes on where this one stopped.
-const READS_PER_PASS: usize = 64;
+/// How many reads one queue gets in a full pass; the next pass goes on where this one stopped.
+pub const READS_PER_PASS: usize = 64;
 /// How the gate and its instance's consumer wake each other.
 #[derive(Debug, Default)]
 pub struct Wakes {
@@ -38,8 +38,14 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// One pass over the served queues; returns how many jobs it admitted.
-    pub async fn pass(&mut self, conn: &mut Conn, settings: &Settings) -> anyhow::Result<u64> {
+    /// One pass over the served queues, at most `reads` reads of the blocked index a queue;
+    /// returns how many jobs it admitted.
+    pub async fn pass(
+        &mut self,
+        conn: &mut Conn,
+        settings: &Settings,
+        reads: usize,
+    ) -> anyhow::Result<u64> {
         let names: Vec<&str> = settings.queues.iter().map(|q| q.name.as_str()).collect();
         let blocked = keys::blocked_queues(conn, &names).await?;
         self.resume.retain(|q, _| blocked.contains(q));
@@ -48,7 +54,7 @@ impl Gate {
             let Some(limit) = settings.queue(&queue).map(|q| q.key_limit) else {
                 continue;
             };
-            admitted += self.queue(conn, &queue, limit).await?;
+            admitted += self.queue(conn, &queue, limit, reads).await?;
         }
         Ok(admitted)
     }
@@ -58,10 +64,16 @@ impl Gate {
     /// end), a bounded number of reads per pass. A read's size adapts to the lines: behind
     /// keys with long lines it reads little more than one entry a key (the next read starts
     /// after the last key seen), behind keys of one job each it reads many keys at once.
-    async fn queue(&mut self, conn: &mut Conn, queue: &str, limit: u16) -> anyhow::Result<u64> {
+    async fn queue(
+        &mut self,
+        conn: &mut Conn,
+        queue: &str,
+        limit: u16,
+        reads: usize,
+    ) -> anyhow::Result<u64> {
         let mut admitted = 0;
         let mut entries = MAX_ENTRIES;
-        for _ in 0..READS_PER_PASS {
+        for _ in 0..reads {
             let after = self.resume.get(queue).cloned();
             let (found, full) = keys::blocked_keys(conn, queue, after.as_deref(), entries).await?;
             let held = keys::held_slots(conn, queue, &found).await?;

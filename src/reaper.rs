@@ -46,7 +46,7 @@ use crate::error::chain;
 use crate::logging::job_span;
 use crate::metrics::{Metrics, Op};
 use crate::purge;
-use crate::store::jobs::{self, OldClaim, Rescued};
+use crate::store::jobs::{self, Held, OldClaim, Rescued};
 use crate::store::servers;
 use crate::worker::name::WorkerName;
 use crate::worker::session_wait_timeout;
@@ -384,18 +384,9 @@ async fn reap(
     servers::prune(conn, FORGET_SERVERS_AFTER.max(stale_after * 2)).await?;
     // Every old claim, a page at a time: however many long jobs run, a dead claim behind
     // them is judged.
-    let mut old = Vec::new();
-    let mut cursor = None;
-    loop {
-        let (page, next) = jobs::old_claims(conn, stale_after, cursor.as_ref(), PAGE).await?;
-        old.extend(page);
-        match next {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
+    let old = all_old(conn, Held::Claimed, stale_after).await?;
     // Jobs cancelled while they ran, whose worker has not said the handler stopped.
-    let cancels = jobs::old_cancels(conn, stale_after, PAGE).await?;
+    let cancels = all_old(conn, Held::Cancelled, stale_after).await?;
     let last_pass = std::mem::take(&mut memory.suspects);
     if old.is_empty() && cancels.is_empty() {
         return Ok(());
@@ -473,6 +464,24 @@ async fn reap(
         );
     }
     Ok(())
+}
+
+/// Every old claim of kind `of`, a page at a time.
+async fn all_old(
+    conn: &mut Conn,
+    of: Held,
+    stale_after: Duration,
+) -> anyhow::Result<Vec<OldClaim>> {
+    let mut old = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = jobs::old_claims(conn, of, stale_after, cursor.as_ref(), PAGE).await?;
+        old.extend(page);
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(old),
+        }
+    }
 }
 
 /// The ids of the connections the server lists. SHOW PROCESSLIST rather than

@@ -31,7 +31,7 @@ use tracing::{debug, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock};
 use crate::error::chain;
-use crate::gate::{Gate, Wakes};
+use crate::gate::{self, Gate, Wakes};
 use crate::metrics::{Metrics, Op};
 use crate::store::jobs;
 
@@ -41,6 +41,9 @@ const LOCK: &str = "myjob_stager";
 const STANDBY_POLLS: u32 = 4;
 /// A job due for longer than this has been left by the stager that holds the lock.
 const OVERDUE: Duration = Duration::from_secs(5);
+/// How many reads a queue a pass of the gate woken by the consumer makes: enough for the
+/// keys that just came (up to 256 a read), not a sweep of long lines.
+const WOKEN_READS: usize = 4;
 /// The shortest session `wait_timeout` the stager's connection gets.
 const MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -100,26 +103,49 @@ impl Stager {
     /// Stages until `shutdown` fires. An error is logged and the next pass comes after the
     /// usual wait; a broken connection is replaced (and the lock taken again) at that pass.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut wait = Duration::ZERO;
+        // The next full pass: staging, and the gate every few polls. A wake by the consumer
+        // runs the gate alone in between and never moves it, so that staging and the lock's
+        // takeover keep their pace however often the consumer wakes the gate.
+        let mut next_pass = tokio::time::Instant::now();
+        // No gate on a wake before then: one that admitted nothing is woken at most as often
+        // as it runs anyway.
+        let mut gate_after = tokio::time::Instant::now();
         loop {
-            // A wake by the consumer runs the gate alone; the staging keeps its pace.
-            let blocked = tokio::select! {
+            let woken = tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(wait) => false,
+                _ = tokio::time::sleep_until(next_pass) => false,
                 _ = self.wakes.blocked.notified() => true,
             };
             let poll = self.settings.borrow().worker.poll_interval;
+            let now = tokio::time::Instant::now();
+            if woken {
+                // Without a connection, the next full pass connects first.
+                if self.conn.is_none() || now < gate_after {
+                    continue;
+                }
+                let t = Instant::now();
+                let gated = self.gate(WOKEN_READS).await;
+                self.metrics
+                    .statement(Op::Gate, t.elapsed(), gated.as_ref().err());
+                gate_after = match gated {
+                    Ok(0) => now + poll * STANDBY_POLLS,
+                    Ok(_) => now + poll,
+                    Err(e) => {
+                        self.failed(e).await;
+                        now + poll
+                    }
+                };
+                continue;
+            }
             let t = Instant::now();
-            let pass = match blocked {
-                true => self.gate().await.map(|()| Pass::Staged { more: false }),
-                false => self.pass().await,
-            };
+            let pass = self.pass().await;
             self.metrics
                 .statement(Op::Stage, t.elapsed(), pass.as_ref().err());
             if pass.is_ok() {
                 self.backoff.reset();
             }
-            wait = match pass {
+            let wait = match pass {
                 Ok(Pass::Staged { more: true }) => Duration::ZERO,
                 Ok(Pass::Staged { more: false } | Pass::Standby) => poll,
                 // A read-only server is asked again after a growing pause, not every poll.
@@ -128,6 +154,7 @@ impl Stager {
                     false => poll,
                 },
             };
+            next_pass = tokio::time::Instant::now() + wait;
         }
         if let Some(conn) = self.conn.take() {
             let _ = conn.disconnect().await;
@@ -151,19 +178,20 @@ impl Stager {
         let pass = self.stage().await?;
         self.gate_polls += 1;
         if self.gate_polls >= STANDBY_POLLS {
-            self.gate().await?;
+            self.gate(gate::READS_PER_PASS).await?;
         }
         Ok(pass)
     }
 
-    /// A pass of the gate, on this connection (none before the first pass connects).
-    async fn gate(&mut self) -> anyhow::Result<()> {
+    /// A pass of the gate of at most `reads` reads a queue, on this connection (none before
+    /// the first pass connects); returns how many jobs it admitted.
+    async fn gate(&mut self, reads: usize) -> anyhow::Result<u64> {
         self.gate_polls = 0;
         let settings = self.settings.borrow().clone();
         let Some(conn) = self.conn.as_mut() else {
-            return Ok(());
+            return Ok(0);
         };
-        let admitted = self.gate.pass(conn, &settings).await?;
+        let admitted = self.gate.pass(conn, &settings, reads).await?;
         if admitted > 0 {
             self.wakes.admitted.notify_one();
             self.read_only.wrote("gate");
@@ -172,7 +200,7 @@ impl Stager {
                 "gate: blocked jobs admitted into free slots of their keys"
             );
         }
-        Ok(())
+        Ok(admitted)
     }
 
     /// Stages, when this instance holds the stager lock; without it, tries to take it over

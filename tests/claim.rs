@@ -136,7 +136,7 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     let settings = myjob::config::Settings::load(&db.config("", "")).unwrap();
     let before = reads(&mut claimer).await;
     let admitted = myjob::gate::Gate::default()
-        .pass(&mut claimer, &settings)
+        .pass(&mut claimer, &settings, myjob::gate::READS_PER_PASS)
         .await
         .unwrap();
     let gated = reads(&mut claimer).await - before - own;

@@ -648,3 +648,80 @@ async fn two_admissions_into_one_slot_leave_one_holder() {
     assert_eq!(db.count("slot_live = 1").await, 1);
     assert_eq!(db.count("status = 'blocked'").await, 1);
 }
+
+/// A keyed job cancelled while it waits claimed ahead of its start (in the prefetch, behind a
+/// slow job in the instance's one slot) gives its slot up at once: the key's next job is
+/// admitted while the slow job still runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keyed_job_cancelled_in_the_prefetch_frees_its_slot() {
+    let db = TestDb::new("key_cancel_prefetch").await;
+    let config = db.config("concurrency = 1", "");
+    std::fs::write(db.path("slow"), b"").unwrap();
+    // Quick jobs first, for a completion rate that makes the instance claim ahead; then the
+    // slow one; then the key's two jobs, run last.
+    db.insert_rows("(queue, payload)", "('q', 'x')", 300).await;
+    db.insert_sql(
+        "INSERT INTO myjob_jobs (queue, payload, priority) VALUES ('q', 'slow-if-flag', -1)",
+    )
+    .await;
+    let first = db
+        .insert_sql(
+            "INSERT INTO myjob_jobs (queue, payload, priority, concurrency_key) VALUES ('q', 'x', -2, 'k0')",
+        )
+        .await;
+    let second = db
+        .insert_sql(
+            "INSERT INTO myjob_jobs (queue, payload, priority, concurrency_key) VALUES ('q', 'x', -2, 'k0')",
+        )
+        .await;
+    let _w = Worker::start(&config, "1");
+    db.wait_count("payload = 'slow-if-flag' AND status = 'claimed'", 1, 60)
+        .await;
+    db.wait_count(&format!("id = {first} AND status = 'claimed'"), 1, 10)
+        .await;
+    let out = common::myjob(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "cancel",
+            &first.to_string(),
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // The worker sees the cancel within a second, and its write frees the slot.
+    db.wait_count(
+        &format!("id = {second} AND status IN ('pending', 'claimed')"),
+        1,
+        10,
+    )
+    .await;
+    assert_eq!(
+        db.count("payload = 'slow-if-flag' AND status = 'claimed'")
+            .await,
+        1
+    );
+    std::fs::remove_file(db.path("slow")).unwrap();
+    db.wait_count(&format!("id = {second} AND status = 'done'"), 1, 30)
+        .await;
+}
+
+/// While the consumer's probe sees blocked jobs at every poll (a key whose one slot a long
+/// job holds), and wakes the gate each time, the stager still stages: a delayed job of
+/// another queue comes due and runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn blocked_jobs_that_wake_the_gate_do_not_hold_up_staging() {
+    let db = TestDb::new("key_wakes").await;
+    let config = keyed_config(&db, "concurrency = 4", "10", "");
+    insert_keyed(&db, 2, 1).await;
+    let _w = Worker::start(&config, "1");
+    db.wait_count("queue = 'keyed' AND status = 'claimed'", 1, 30)
+        .await;
+    let delayed = db
+        .insert_sql("INSERT INTO myjob_jobs (queue, payload, run_at) VALUES ('q', 'x', NOW(6) + INTERVAL 1 SECOND)")
+        .await;
+    assert_eq!(db.job(delayed).await.0, "scheduled");
+    db.wait_count(&format!("id = {delayed} AND status = 'done'"), 1, 6)
+        .await;
+    assert_eq!(db.count("queue = 'keyed' AND status = 'blocked'").await, 1);
+}

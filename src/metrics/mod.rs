@@ -87,12 +87,14 @@ pub enum Op {
     Stage,
     /// Handing the slots of finished jobs on to their keys' next blocked jobs.
     HandOff,
+    /// A pass of the gate woken by the consumer (the stager's passes include the gate's).
+    Gate,
     /// The queue gauges' counts.
     QueueGauges,
 }
 
 impl Op {
-    const ALL: [Op; 12] = [
+    const ALL: [Op; 13] = [
         Op::Probe,
         Op::Claim,
         Op::ReadBatch,
@@ -104,6 +106,7 @@ impl Op {
         Op::Reap,
         Op::Stage,
         Op::HandOff,
+        Op::Gate,
         Op::QueueGauges,
     ];
 
@@ -120,6 +123,7 @@ impl Op {
             Op::Reap => "reap",
             Op::Stage => "stage",
             Op::HandOff => "hand_off",
+            Op::Gate => "gate",
             Op::QueueGauges => "queue_gauges",
         }
     }

@@ -25,7 +25,7 @@ use crate::gate::Wakes;
 use crate::logging::job_span;
 use crate::metrics::{self, Metrics, Op};
 use crate::stats::Stats;
-use crate::store::jobs::{self, Claimer, Outcome};
+use crate::store::jobs::{self, Claimer, Completion, Outcome};
 use crate::store::servers;
 use crate::worker::handoff;
 use crate::worker::link::{Fresh, Link};
@@ -429,6 +429,15 @@ impl Consumer {
                 for r in self.prefetch.drop_jobs(&ids) {
                     r.span()
                         .in_scope(|| info!(job_id = r.job.id, "job cancelled before its start"));
+                    // Said as for a handler stopped: the row's owner is cleared, which frees
+                    // its concurrency-key slot, handed on once written.
+                    let seen = Completion {
+                        job_id: r.job.id,
+                        batch_id: r.batch_id,
+                        outcome: Outcome::Cancelled,
+                        slot: r.job.slot.clone(),
+                    };
+                    self.outbox.push(seen, None, r.span());
                 }
             }
             Err(e) => self.db_error(e).await,

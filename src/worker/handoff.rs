@@ -9,12 +9,14 @@ use mysql_async::Conn;
 use crate::config::Settings;
 use crate::store::jobs::{keys, KeySlot};
 
-/// Hands each of `freed` on, while its key holds fewer slots than its queue's `key_limit`
-/// (after a reload lowered it, the slots above it are not handed on, and the key drains down
-/// to it). One read of the held slots per queue, then one autocommit statement per hand-off:
-/// each stands alone, so a race lost on one (a deadlock, Galera's conflict at the commit)
-/// undoes no other, and a duplicate-key check holds no lock past its statement. Returns the
-/// queues that got a pending job, which the consumer claims from at once.
+/// Hands the slots `freed` gave up on to their keys' next jobs, while a key holds fewer
+/// slots than its queue's `key_limit`: after a reload lowered it, the key drains down to it.
+/// Into the lowest free slots, as the gate admits: two admitters that race for a key's last
+/// room pick the same slot, and the unique index lets one have it. One read of the held
+/// slots per queue, then one autocommit statement per hand-off: each stands alone, so a
+/// race lost on one (a deadlock, Galera's conflict at the commit) undoes no other, and a
+/// duplicate-key check holds no lock past its statement. Returns the queues that got a
+/// pending job, which the consumer claims from at once.
 pub async fn hand_on(
     conn: &mut Conn,
     settings: &Settings,
@@ -28,21 +30,27 @@ pub async fn hand_on(
         let Some(limit) = settings.queue(queue).map(|q| q.key_limit) else {
             continue;
         };
-        let mine: Vec<&KeySlot> = freed
+        let mut keys: Vec<Vec<u8>> = freed
             .iter()
-            .filter(|s| s.queue == queue && s.slot <= limit)
+            .filter(|s| s.queue == queue)
+            .map(|s| s.key.clone())
             .collect();
-        let mut keys: Vec<Vec<u8>> = mine.iter().map(|s| s.key.clone()).collect();
         keys.sort_unstable();
+        let held = keys::held_slots(conn, queue, &keys).await?;
+        let mut freed_of = keys.clone();
         keys.dedup();
-        let mut held = keys::held_slots(conn, queue, &keys).await?;
-        for s in mine {
-            let holds = held.iter().filter(|h| h.0 == s.key).count();
-            if holds >= usize::from(limit) {
-                continue;
-            }
-            if keys::hand_off(conn, queue, &s.key, s.slot).await? {
-                held.push((s.key.clone(), s.slot));
+        for key in &keys {
+            let given = freed_of.iter().filter(|k| *k == key).count();
+            freed_of.retain(|k| k != key);
+            let taken: Vec<u16> = held.iter().filter(|h| h.0 == *key).map(|h| h.1).collect();
+            let room = usize::from(limit).saturating_sub(taken.len());
+            for slot in (1..=limit)
+                .filter(|s| !taken.contains(s))
+                .take(room.min(given))
+            {
+                if !keys::hand_off(conn, queue, key, slot).await? {
+                    break;
+                }
                 if !busy.iter().any(|q| q == queue) {
                     busy.push(queue.to_owned());
                 }

@@ -646,18 +646,34 @@ pub struct ClaimCursor {
     id: u64,
 }
 
-/// One page of the claims made more than `older_than` ago, oldest first, from `after` on (at
+/// Which rows hold a claim the reaper judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Claimed jobs.
+    Claimed,
+    /// Jobs cancelled while they ran whose worker has not said their handler stopped (their
+    /// claimed_at is cleared when it does): each holds its concurrency-key slot until then,
+    /// and a worker that died never says so.
+    Cancelled,
+}
+
+/// One page of the claims of kind `of` made more than `older_than` ago, oldest first, from `after` on (at
 /// most `limit` of them), and the cursor of the next page when this one was full. Served by
 /// the stale index `(status, claimed_at)`, whose entries end with the primary key: the order
 /// is the index's, and each page starts where the last ended, so long-running claims never
 /// hide the ones behind them.
 pub async fn old_claims(
     conn: &mut Conn,
+    of: Held,
     older_than: Duration,
     after: Option<&ClaimCursor>,
     limit: usize,
 ) -> anyhow::Result<(Vec<OldClaim>, Option<ClaimCursor>)> {
-    let mut params: Vec<Value> = vec![(older_than.as_micros() as u64).into()];
+    let status = match of {
+        Held::Claimed => "claimed",
+        Held::Cancelled => "cancelled",
+    };
+    let mut params: Vec<Value> = vec![status.into(), (older_than.as_micros() as u64).into()];
     let range = match after {
         None => "",
         Some(c) => {
@@ -684,7 +700,7 @@ pub async fn old_claims(
                 "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, \
                      worker, queue, claimed_at \
                  FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
-                 WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
+                 WHERE status = ? AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
                  {range}ORDER BY claimed_at, id LIMIT ?"
             ),
             Params::Positional(params),
@@ -711,30 +727,6 @@ pub async fn old_claims(
     }
     let next = last.filter(|_| claims.len() >= limit);
     Ok((claims, next))
-}
-
-/// The jobs cancelled while they ran more than `older_than` ago whose worker has not said
-/// their handler stopped (at most `limit`): each holds its concurrency-key slot until then,
-/// and a worker that died never says so. Served by the stale index's cancelled range, whose
-/// rows with a NULL claimed_at (the handler seen to stop) come first and are not read.
-pub async fn old_cancels(
-    conn: &mut Conn,
-    older_than: Duration,
-    limit: usize,
-) -> anyhow::Result<Vec<OldClaim>> {
-    let rows: Vec<OldClaimRow> = conn
-        .exec(
-            "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, \
-                 queue \
-             FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
-             WHERE status = 'cancelled' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
-               AND owner_conn IS NOT NULL \
-             ORDER BY claimed_at LIMIT ?",
-            (older_than.as_micros() as u64, limit as u64),
-        )
-        .await
-        .context("reading old cancels")?;
-    Ok(rows.into_iter().map(old_claim).collect())
 }
 
 /// The worker of a job cancelled while it ran is gone, and its handler with it: the claim's
