@@ -145,6 +145,16 @@ async fn a_claim_reaped_while_the_database_was_away_keeps_the_new_owners_outcome
     let id = db.insert("q", &["fail-on:1:3"]).await[0];
     db.wait_count(&format!("id = {id} AND worker LIKE '%:1'"), 1, 20)
         .await;
+    // Its handler has started: the claim has been read back (a database gone between the
+    // claim and its read-back leaves the job unstarted, which is another test's case).
+    let started = Instant::now();
+    while !db.runs().iter().any(|r| r.0 == id) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the handler never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let b = Worker::start(&direct, "b");
 
     // a's database goes away. b's reaper sees a's connection gone, puts the job back, and b
