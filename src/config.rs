@@ -91,6 +91,8 @@ struct RawConfig {
     metrics: RawMetrics,
     #[serde(default)]
     queue: Vec<RawQueue>,
+    #[serde(default)]
+    schedule: Vec<crate::schedule::RawSchedule>,
 }
 
 #[derive(Deserialize, Default)]
@@ -169,6 +171,8 @@ pub struct Settings {
     pub retention: Retention,
     pub metrics: MetricsSettings,
     pub queues: Vec<Arc<QueueSettings>>,
+    /// `[[schedule]]`: recurring jobs, each tick enqueued once across every instance.
+    pub schedules: Vec<Arc<crate::schedule::ScheduleSettings>>,
 }
 
 /// `[metrics]`: where the instances serve `GET /metrics`.
@@ -596,6 +600,10 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         },
     };
 
+    let schedules = crate::schedule::validate(raw.schedule)?
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     Ok(Settings {
         path: PathBuf::new(), // set by `load`, which knows the file
         database,
@@ -604,6 +612,7 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
         retention,
         metrics,
         queues,
+        schedules,
     })
 }
 

@@ -158,12 +158,14 @@ pub async fn run(
         metrics.clone(),
         wakes,
     );
+    let scheduler = crate::scheduler::Scheduler::new(database.clone(), settings_rx.clone());
     let reaper = Reaper::new(database, settings_rx, name, metrics.clone());
 
     let mut tasks = Tasks::default();
     tasks.spawn("consumer", consumer.run(shutdown.clone()));
     tasks.spawn("reaper", reaper.run(shutdown.clone()));
     tasks.spawn("stager", stager.run(shutdown.clone()));
+    tasks.spawn("scheduler", scheduler.run(shutdown.clone()));
     let status_stop = CancellationToken::new();
     // Served until the very end, so that a scrape during the drain still answers.
     let metrics_server = listener.map(|l| {

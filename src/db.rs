@@ -157,6 +157,17 @@ pub async fn within<T>(
     }
 }
 
+/// Has the server close this session after `idle` without a statement (`wait_timeout`): a
+/// connection whose host is gone without a reset must not hold its locks, claims or open
+/// transaction for the server's default of 8 hours.
+pub async fn set_wait_timeout(conn: &mut Conn, idle: Duration) -> Result<(), mysql_async::Error> {
+    conn.query_drop(format!(
+        "SET SESSION wait_timeout = {}",
+        idle.as_secs().max(1)
+    ))
+    .await
+}
+
 /// Which statements of a session wait for the cluster on a Galera node: see [`causal`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Causal {
@@ -369,10 +380,14 @@ pub fn server_code(e: &anyhow::Error) -> Option<u16> {
     server_error(e).map(|s| s.code)
 }
 
+/// A lock wait that ran out (`innodb_lock_wait_timeout`): the statement rolled back.
+pub const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+/// A deadlock, which is also how a Galera cluster refuses a write that lost certification:
+/// the transaction rolled back.
+pub const ER_LOCK_DEADLOCK: u16 = 1213;
+
 /// Sorts an error by the first driver error in its chain.
 pub fn classify(e: &anyhow::Error) -> Failure {
-    const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
-    const ER_LOCK_DEADLOCK: u16 = 1213;
     match server_error(e) {
         Some(s) if s.code == ER_LOCK_DEADLOCK || s.code == ER_LOCK_WAIT_TIMEOUT => {
             Failure::Conflict

@@ -21,6 +21,8 @@ pub mod metrics;
 pub mod notify;
 pub mod purge;
 pub mod reaper;
+pub mod schedule;
+pub mod scheduler;
 pub mod stager;
 pub mod stats;
 pub mod store;

@@ -67,7 +67,7 @@ const RECOVER_FOR: Duration = Duration::from_secs(10);
 const RECOVER_CONFIRM: Duration = Duration::from_secs(2);
 
 /// The largest `wait_timeout` a server accepts (a year, on Linux).
-const MAX_WAIT_TIMEOUT: u64 = 31_536_000;
+const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(31_536_000);
 
 /// Servers not heard of for this long are forgotten (they count as gone before that).
 const FORGET_SERVERS_AFTER: Duration = Duration::from_secs(24 * 3600);
@@ -183,13 +183,10 @@ impl Reaper {
         };
         let mut conn = db::connect(&self.db).await?;
         let server = ServerId::of(&mut conn).await?;
-        let wait = (interval * 3).max(Duration::from_secs(60)).as_secs();
-        conn.query_drop(format!(
-            "SET SESSION wait_timeout = {}",
-            wait.min(MAX_WAIT_TIMEOUT)
-        ))
-        .await
-        .context("setting the session's wait_timeout")?;
+        let wait = (interval * 3).max(Duration::from_secs(60));
+        db::set_wait_timeout(&mut conn, wait.min(MAX_WAIT_TIMEOUT))
+            .await
+            .context("setting the session's wait_timeout")?;
         let now = Instant::now();
         let since = match &self.reached {
             Some((life, since, ok))

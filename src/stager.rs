@@ -169,8 +169,7 @@ impl Stager {
             // every few polls, so this never closes a live one.
             let poll = self.settings.borrow().worker.poll_interval;
             let wait = (poll * STANDBY_POLLS * 3).max(MIN_WAIT_TIMEOUT);
-            conn.query_drop(format!("SET SESSION wait_timeout = {}", wait.as_secs()))
-                .await?;
+            db::set_wait_timeout(&mut conn, wait).await?;
             self.conn = Some(conn);
             self.stages = false;
             self.standby_polls = STANDBY_POLLS;

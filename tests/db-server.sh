@@ -216,6 +216,15 @@ wsrep_node_name=node$n
 wsrep_provider_options="gmcast.listen_addr=tcp://127.0.0.1:45${n}7;ist.recv_addr=127.0.0.1:45${n}8"
 wsrep_sst_receive_address=127.0.0.1:44${n}4
 wsrep_sst_method=rsync
+# One undo log page per purge batch (in effect one record). MariaDB 11.8.9's purge, when a
+# DDL statement pauses it (each test's migrations, a CREATE TRIGGER, a DROP DATABASE), goes
+# round a loop that reopens every table of its batch with indexed virtual columns (myjob_jobs
+# has three) and keeps what it allocates until the pause ends; under Galera's isolation of
+# DDL on a busy cluster the pause lasts seconds, and a node grew by 500 MB a second until
+# the kernel killed it. With one page a batch it holds one table at most: the Galera stage
+# that blew a node up ran with every node under 700 MB. Read at a node's start: a node
+# already running keeps what it started with (tests/db-server.sh reset galera starts afresh).
+innodb_purge_batch_size=1
 CNF
     mkdir -p "$root/var/lib/galera-$n"; chroot "$root" chown mysql:mysql "/var/lib/galera-$n"
     if answers 331$n; then up=$((up + 1)); fi
@@ -316,6 +325,9 @@ CNF
   fi
   say "replicas: (re)building the pair (log: $DBS_DIR/replicas/node{1,2}.log)"
   for n in 2 1; do replicas_stop $n; done
+  # Both data directories are made before either server starts: a starting server deletes
+  # every #sql file in its tmpdir, the root filesystem's /tmp that the other's
+  # mariadb-install-db was writing its temporary tables to (a CI run failed so).
   for n in 1 2; do
     if answers 332$n; then say "replicas: something else answers on 127.0.0.1:332$n"; exit 1; fi
     rm -rf "$root/var/lib/replica-$n"
@@ -323,8 +335,8 @@ CNF
     chroot "$root" mariadb-install-db --defaults-file="/etc/mysql/replica-$n.cnf" --force --user=mysql \
       --auth-root-authentication-method=normal >"$DBS_DIR/replicas/init$n.log" 2>&1 \
       || { tail -5 "$DBS_DIR/replicas/init$n.log" >&2; exit 1; }
-    replicas_server_up $n
   done
+  for n in 1 2; do replicas_server_up $n; done
   for n in 1 2; do replicas_wait $n; done
   # Server 1's binary log stays empty until server 2 is attached: with no replica, a
   # semi-synchronous primary holds each commit for rpl_semi_sync_master_timeout (10 s).

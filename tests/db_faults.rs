@@ -510,7 +510,7 @@ async fn a_batch_unread_at_the_shutdown_is_released() {
 /// server that does not answer, and the job never runs twice at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn reconnects_turned_down_stop_the_handlers_before_the_reaper_puts_back() {
-    let db = TestDb::new("refused").await;
+    let db = TestDb::new("reconnect_refused").await;
     let (user, password) = common::account(&db, "refused", |_| true).await;
     let mut admin = db.conn().await;
     // One second of lock wait: a statement's limit, and the fence of a silent server, are 6 s.

@@ -154,3 +154,60 @@ async fn a_vanished_hosts_claims_come_back_within_the_bound() {
         back.as_secs_f64()
     );
 }
+
+/// Recurring jobs across hosts: an instance on each of hosts 5 and 6 and one here serve a
+/// schedule ticking every second (on a cluster, each through another node). The host that
+/// enqueued the latest tick is cut off for 6 s: the others go on, each tick once; healed,
+/// the cut-off instance's late passes enqueue no tick a second time.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn a_schedule_ticks_once_across_hosts_through_a_partition() {
+    let db = TestDb::new("host_schedule").await;
+    let base = db.config(
+        "concurrency = 2",
+        "\n[[schedule]]\nname = \"tick\"\nqueue = \"q\"\npayload = \"x\"\nevery = \"1s\"\n",
+    );
+    let mut hosts = Vec::new();
+    let mut workers = Vec::new();
+    for (i, n, name) in [(1, 5, "host-five"), (2, 6, "host-six")] {
+        let (host, url) = Host::reaching(n, name, &db.node_url(i)).await;
+        let config = db.path(&format!("{name}.toml"));
+        edited(&base, &config, &[(db.url.as_str(), url.as_str())]);
+        let log = db.path(&format!("{name}.log"));
+        workers.push(Worker::start_on(&host, &config, "1", &log));
+        hosts.push(host);
+    }
+    let _here = Worker::start(&base, "1");
+    db.wait_at_least("queue = 'q'", 1, 30).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // The host whose instance enqueued the latest tick of the two.
+    let rows = common::ticks::rows(&db, "tick").await;
+    let enqueued = |w: &Worker, job: Option<u64>| {
+        job.is_some_and(|job| w.log_text().contains(&format!("job_id={job} ")))
+    };
+    let cut = rows
+        .iter()
+        .rev()
+        .find_map(|(_, job)| workers.iter().position(|w| enqueued(w, *job)))
+        .expect("neither host enqueued a tick");
+    let before = common::ticks::assert_each_once(&db, "tick", 1, "q").await;
+    hosts[cut].cut();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let during = common::ticks::assert_each_once(&db, "tick", 1, "q").await;
+    let more = during.len() - before.len();
+    eprintln!(
+        "{more} ticks in the 6 s host {} was cut off",
+        hosts[cut].hostname
+    );
+    assert!((5..=8).contains(&more), "{more} ticks in 6 s");
+
+    hosts[cut].heal();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let after = common::ticks::assert_each_once(&db, "tick", 1, "q").await;
+    eprintln!(
+        "{} ticks in the 15 s after the heal",
+        after.len() - during.len()
+    );
+    assert!(after.len() - during.len() >= 14);
+}

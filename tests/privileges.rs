@@ -28,7 +28,12 @@ async fn the_readme_grants_suffice_and_the_password_leaks_nowhere() {
     // a file every user may read: the second is warned about.
     // A rate limit too high to hold anything back: its budget in myjob_queues is taken
     // under the README's GRANTs too.
-    let base = db.config("concurrency = 4", "rate_limit = \"1000/1s\"");
+    // A schedule too, into a queue no instance serves: its ticks are recorded, and the old
+    // ones pruned, under the README's GRANTs.
+    let base = db.config(
+        "concurrency = 4",
+        "rate_limit = \"1000/1s\"\n\n[[schedule]]\nname = \"tick\"\nqueue = \"ticks\"\nevery = \"1s\"\n",
+    );
     let url = format!("url = \"{}\"", db.url);
     let opts = mysql_async::Opts::from_url(&db.url).unwrap();
     let host_db = format!("{}:{}/{}", opts.ip_or_hostname(), opts.tcp_port(), db.name);
@@ -92,6 +97,13 @@ async fn the_readme_grants_suffice_and_the_password_leaks_nowhere() {
     .await;
     assert!(two.log_text().contains("reaper: stale claim put back"));
     assert!(!two.log_text().contains("PROCESS"), "{}", two.log_text());
+
+    // Each tick once; no statement of the scheduler's refused.
+    db.wait_at_least("queue = 'ticks'", 2, 10).await;
+    common::ticks::assert_each_once(&db, "tick", 1, "ticks").await;
+    for w in [&one, &two] {
+        assert!(!w.log_text().contains("denied"), "{}", w.log_text());
+    }
 
     // The warning, only where the password is exposed.
     let warning = "database.url holds a password and the file is readable by every user";

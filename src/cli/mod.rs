@@ -21,6 +21,7 @@ mod pause;
 mod purge;
 mod retry;
 mod run;
+mod schedules;
 mod show;
 mod show_log;
 mod stats;
@@ -59,6 +60,12 @@ enum Command {
     },
     /// Check the configuration file: exit 0, or exit 78 naming the key at fault.
     CheckConfig,
+    /// Each [[schedule]] of the config: the last tick it enqueued, that tick's job, and its next tick.
+    Schedules {
+        /// One JSON document: {"schedules": [...]}.
+        #[arg(long)]
+        json: bool,
+    },
     /// One row per queue: jobs due, blocked, suspect, scheduled, running, done, failed and cancelled, the wait of
     /// the oldest due job, and whether the queue is paused.
     Stats {
@@ -281,6 +288,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
         }
         Command::Run { instance } => run::run(cli.config, instance).await,
         Command::Stats { json } => stats::run(&cli.config, json).await,
+        Command::Schedules { json } => schedules::run(&cli.config, json).await,
         Command::List(args) => list::run(&cli.config, args).await,
         Command::Show { id, log: true, .. } => show_log::run(&cli.config, id),
         Command::Show {

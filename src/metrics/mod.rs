@@ -134,11 +134,9 @@ impl Op {
 /// writes, a statement refused for good, a connection broken or in doubt (no answer within
 /// the statement limit included), or another error the server sent.
 fn error_kind(e: &anyhow::Error) -> &'static str {
-    const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
-    const ER_LOCK_DEADLOCK: u16 = 1213;
     match db::server_code(e) {
-        Some(ER_LOCK_DEADLOCK) => "deadlock",
-        Some(ER_LOCK_WAIT_TIMEOUT) => "lock_wait",
+        Some(db::ER_LOCK_DEADLOCK) => "deadlock",
+        Some(db::ER_LOCK_WAIT_TIMEOUT) => "lock_wait",
         Some(_) if db::is_read_only(e) => "read_only",
         Some(_) if db::classify(e) == db::Failure::Refused => "refused",
         Some(_) => "other",

@@ -258,8 +258,7 @@ impl Reader {
                 )
             };
             conn.query_drop(bound).await?;
-            conn.query_drop(format!("SET SESSION wait_timeout = {}", IDLE.as_secs()))
-                .await?;
+            db::set_wait_timeout(&mut conn, IDLE).await?;
             self.conn = Some(conn);
             self.leading = false;
         }

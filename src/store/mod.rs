@@ -4,5 +4,6 @@
 pub mod jobs;
 pub mod locks;
 pub mod queues;
+pub mod schedules;
 pub mod schema;
 pub mod servers;

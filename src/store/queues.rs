@@ -56,6 +56,9 @@ pub struct Reservation {
     /// How long, once the granted starts are used, until the budget has a start again (µs,
     /// 0 or less: it has one now). 0 when another instance won the race.
     pub wait_us: i64,
+    /// The arrival time this reservation wrote (µs since the epoch, the database's clock):
+    /// its starts hold the intervals up to it. 0 when nothing was granted.
+    pub tat_us: i64,
 }
 
 /// The budget's row, and the database's clock: the arrival time (None: never used) and
@@ -116,6 +119,7 @@ pub async fn reserve(
         return Ok(Reservation {
             granted: 0,
             wait_us,
+            tat_us: 0,
         });
     }
     conn.exec_drop(
@@ -128,27 +132,36 @@ pub async fn reserve(
         1 => Reservation {
             granted: granted as usize,
             wait_us,
+            tat_us,
         },
         _ => Reservation {
             granted: 0,
             wait_us: 0,
+            tat_us: 0,
         },
     })
 }
 
-/// Gives back `unused` starts of a reservation that a claim did not use (the queue had
-/// fewer due jobs): the arrival time moves back by as many intervals. Lost with a broken
+/// Gives back `unused` starts of `reservation` that its claim did not use (the queue had
+/// fewer due jobs, or the claim lost a race and rolled back): the arrival time moves back
+/// by as many intervals, but only by the part of them still ahead of the database's clock.
+/// An interval that has passed unused is gone, as time is for a queue with no jobs; giving
+/// it back after other instances moved the arrival time on (a claim can wait out a lock for
+/// `lock_wait_timeout`) would let starts through over the limit. Lost with a broken
 /// connection, which leaves the budget under-used, never over. Served by the primary key.
 pub async fn refund(
     conn: &mut Conn,
     queue: &str,
     rate: &crate::config::RateLimit,
+    reservation: &Reservation,
     unused: usize,
 ) -> anyhow::Result<()> {
     let back = rate.interval_us.saturating_mul(unused as i64);
     conn.exec_drop(
-        "UPDATE myjob_queues SET rate_tat = rate_tat - ? WHERE queue = ?",
-        (back, queue),
+        "UPDATE myjob_queues SET rate_tat = rate_tat - LEAST(?, GREATEST(0, ? - \
+           TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)))) \
+         WHERE queue = ?",
+        (back, reservation.tat_us, queue),
     )
     .await
     .with_context(|| format!("giving back rate-limited starts of queue {queue}"))

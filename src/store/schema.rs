@@ -67,6 +67,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "concurrency_indexes",
         include_str!("../../migrations/0012_concurrency_indexes.sql"),
     ),
+    (
+        13,
+        "schedules",
+        include_str!("../../migrations/0013_schedules.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

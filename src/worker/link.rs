@@ -221,13 +221,13 @@ impl Link {
             return None;
         }
         let fence = fence_for(self.limit, stale_after);
-        let wait_timeout = session_wait_timeout(&self.db, stale_after).as_secs();
+        let wait_timeout = session_wait_timeout(&self.db, stale_after);
         let setup = async {
             let mut conn = db::connect(&self.db).await?;
             let server = ServerId::of(&mut conn)
                 .await
                 .context("setting up the connection")?;
-            conn.query_drop(format!("SET SESSION wait_timeout = {wait_timeout}"))
+            db::set_wait_timeout(&mut conn, wait_timeout)
                 .await
                 .context("setting up the connection: wait_timeout")?;
             Ok::<_, anyhow::Error>(Fresh {

@@ -7,9 +7,11 @@
 use std::time::Duration;
 
 use mysql_async::Conn;
+use tracing::debug;
 
 use crate::config::RateLimit;
 use crate::db::{self, Failure};
+use crate::error::chain;
 use crate::store::jobs::{self, Claimer};
 use crate::store::queues;
 
@@ -57,11 +59,23 @@ pub async fn claim(
             wait: Some(wait),
         });
     }
-    let n = jobs::claim(conn, batch_id, queue, reserved.granted, who).await?;
+    let n = match jobs::claim(conn, batch_id, queue, reserved.granted, who).await {
+        Ok(n) => n,
+        Err(e) => {
+            // A claim that lost a race (Galera's certification against another node's claim,
+            // a lock wait) rolled back for sure: its starts go back to the budget, or every
+            // such loss would cost the queue its share of the limit. One that broke off may
+            // have committed, so its starts stay spent.
+            if db::classify(&e) == Failure::Conflict {
+                give_back(conn, queue, rate, &reserved, reserved.granted).await;
+            }
+            return Err(e);
+        }
+    };
     if n < reserved.granted {
         // The queue had fewer due jobs: drained, as for any claim. A refund that fails
         // leaves the budget under-used, and the claim stands.
-        let _ = queues::refund(conn, queue, rate, reserved.granted - n).await;
+        give_back(conn, queue, rate, &reserved, reserved.granted - n).await;
         return Ok(Limited {
             claimed: n,
             wait: None,
@@ -70,6 +84,32 @@ pub async fn claim(
     // As many as the budget allowed, fewer than wanted: it is spent.
     let wait = (n < want).then(|| micros(reserved.wait_us));
     Ok(Limited { claimed: n, wait })
+}
+
+/// Gives back `unused` starts of `reserved` (see [`queues::refund`]), once more if that
+/// lost a race for the budget's row itself (1213: on a Galera cluster another node's claim
+/// may write it at the same moment). Not after a lock wait (1205): the claim's time bound,
+/// one lock wait and a little more, has no room for a second. A refund that fails leaves
+/// the budget under-used, never over: said at debug level, the claim's own outcome stands.
+async fn give_back(
+    conn: &mut Conn,
+    queue: &str,
+    rate: &RateLimit,
+    reserved: &queues::Reservation,
+    unused: usize,
+) {
+    let mut refunded = queues::refund(conn, queue, rate, reserved, unused).await;
+    if matches!(&refunded, Err(e) if db::server_code(e) == Some(db::ER_LOCK_DEADLOCK)) {
+        refunded = queues::refund(conn, queue, rate, reserved, unused).await;
+    }
+    if let Err(e) = refunded {
+        debug!(
+            queue,
+            unused,
+            "rate-limited starts not given back: {}",
+            chain(&*e)
+        );
+    }
 }
 
 /// A wait from the database's microseconds, never below a millisecond: a budget refilled

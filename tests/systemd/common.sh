@@ -22,6 +22,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_jobs TO '$1'@'127.0.0.1';
 GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_servers TO '$1'@'127.0.0.1';
 GRANT SELECT ON $DB.myjob_schema_migrations TO '$1'@'127.0.0.1';
 GRANT SELECT, INSERT, UPDATE ON $DB.myjob_queues TO '$1'@'127.0.0.1';
+GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_schedule_ticks TO '$1'@'127.0.0.1';
 GRANT PROCESS ON *.* TO '$1'@'127.0.0.1';
 SQL_END
 }

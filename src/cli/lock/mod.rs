@@ -24,7 +24,6 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Args;
 use futures_util::StreamExt as _;
-use mysql_async::prelude::Queryable as _;
 use mysql_async::Conn;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -99,13 +98,10 @@ pub async fn run(config: &Path, args: LockArgs) -> Result<u8, Error> {
     // The lock (or the lease) lives as long as this connection, which is checked every
     // second: a holder's host gone without a reset must not keep it for the server's default
     // of 8 hours. A new holder then waits out the old one's command (see `held`).
-    conn.query_drop(format!(
-        "SET SESSION wait_timeout = {}",
-        HOLDER_WAIT_TIMEOUT.as_secs()
-    ))
-    .await
-    .map_err(|e| anyhow!("lock {name}: {}", db::describe(&e)))
-    .or_exit(ExitCode::Unavailable)?;
+    db::set_wait_timeout(&mut conn, HOLDER_WAIT_TIMEOUT)
+        .await
+        .map_err(|e| anyhow!("lock {name}: {}", db::describe(&e)))
+        .or_exit(ExitCode::Unavailable)?;
     let server = db::ServerId::of(&mut conn)
         .await
         .or_exit(ExitCode::Unavailable)?;
