@@ -205,3 +205,41 @@ async fn a_job_its_handler_completed_is_not_taken_for_a_lost_claim() {
     assert!(log.contains("failing after the commit"), "{log}");
     assert!(!log.contains("its claim was reaped"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_recipe_outlasts_a_run_of_deadlocks() {
+    // A node that lags (Galera) or a busy table can roll the recipe's transaction back for a
+    // deadlock several times in a row. A trigger plays it: the first 7 INSERTs of the handler's
+    // session fail with 1213. The recipe runs its transaction again each time, waiting longer,
+    // and sells the order once in the job's first attempt.
+    let (db, config) = setup("once_deadlocks", PER_JOB, false).await;
+    let mut conn = db.conn().await;
+    conn.query_drop(
+        "CREATE TRIGGER orders_deadlock BEFORE INSERT ON orders FOR EACH ROW \
+         BEGIN \
+           SET @myjob_test_tries = IFNULL(@myjob_test_tries, 0) + 1; \
+           IF @myjob_test_tries <= 7 THEN \
+             SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, \
+               MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction'; \
+           END IF; \
+         END",
+    )
+    .await
+    .unwrap();
+    let id = db.insert("orders", &["item"]).await[0];
+    let w = Worker::start_with_env(&config, "1", &[("ORDERS_DB", db.url.as_str())]);
+    db.wait_count("status = 'done'", 1, 30).await;
+    let (status, attempts, _, _, error) = db.job(id).await;
+    assert_eq!((status.as_str(), attempts, error), ("done", 1, None));
+    let orders: u64 = conn
+        .query_first("SELECT COUNT(*) FROM orders")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(orders, 1);
+    let log = w.log_text();
+    assert!(
+        log.contains(&format!("job {id}: try 7 of 10 lost to a deadlock (1213)")),
+        "{log}"
+    );
+}

@@ -20,35 +20,69 @@
  *
  * A deadlock (1213), which is also how a Galera cluster reports a transaction that lost to
  * another node's write, rolls the whole transaction back: it is run again, $work included,
- * up to $tries times. So $work must only write to this database.
+ * up to $tries times in all, the waits between growing from about 10 ms to about 1 s (2 to
+ * 3.5 s over the default's 10 tries). So $work must only write to this database. On a
+ * Galera node each try after the first waits for the node to apply what the cluster
+ * committed before it (wsrep_sync_wait): a node that lags would otherwise hand the next try
+ * the same stale rows, and it would lose again. Each retry is said on stderr.
  */
-function myjob_complete_in(PDO $db, int $jobId, string $batchId, callable $work, int $tries = 5): bool
+function myjob_complete_in(PDO $db, int $jobId, string $batchId, callable $work, int $tries = 10): bool
 {
     $db->setAttribute(PDO::ATTR_ERRMODE, PDO::ERRMODE_EXCEPTION);
-    for ($try = 1; ; $try++) {
-        $db->beginTransaction();
-        try {
-            $work($db);
-            $done = $db->prepare(
-                "UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6) "
-                . "WHERE id = ? AND batch_id = ? AND status = 'claimed'"
-            );
-            $done->execute([$jobId, $batchId]);
-            if ($done->rowCount() !== 1) {
-                $db->rollBack();
-                return false;
+    $syncWait = null;
+    try {
+        for ($try = 1; ; $try++) {
+            $db->beginTransaction();
+            try {
+                $work($db);
+                $done = $db->prepare(
+                    "UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6) "
+                    . "WHERE id = ? AND batch_id = ? AND status = 'claimed'"
+                );
+                $done->execute([$jobId, $batchId]);
+                if ($done->rowCount() !== 1) {
+                    $db->rollBack();
+                    return false;
+                }
+                $db->commit();
+                return true;
+            } catch (Throwable $e) {
+                if ($db->inTransaction()) {
+                    $db->rollBack();
+                }
+                $deadlock = $e instanceof PDOException && (int) ($e->errorInfo[1] ?? 0) === 1213;
+                if (!$deadlock || $try >= $tries) {
+                    throw $e;
+                }
+                $syncWait ??= myjob_sync_reads($db);
+                $wait = random_int(5, 10) * min(100, 1 << ($try - 1));
+                fwrite(STDERR, "job $jobId: try $try of $tries lost to a deadlock (1213); again in $wait ms\n");
+                usleep($wait * 1000);
             }
-            $db->commit();
-            return true;
-        } catch (Throwable $e) {
-            if ($db->inTransaction()) {
-                $db->rollBack();
+        }
+    } finally {
+        if ($syncWait !== null && $syncWait !== false) {
+            try {
+                $db->exec('SET SESSION wsrep_sync_wait = ' . (int) $syncWait);
+            } catch (Throwable $e) {
+                // The connection is gone: the session and its setting with it.
             }
-            $deadlock = $e instanceof PDOException && (int) ($e->errorInfo[1] ?? 0) === 1213;
-            if (!$deadlock || $try >= $tries) {
-                throw $e;
-            }
-            usleep(random_int(5000, 50000));
         }
     }
+}
+
+/**
+ * On a Galera node, makes the session's transactions start from all the cluster committed
+ * (wsrep_sync_wait = 1: BEGIN and SELECT wait for the node to apply it). Returns the value to
+ * restore, or false where the server is no Galera node (MySQL has no such variable).
+ */
+function myjob_sync_reads(PDO $db)
+{
+    $on = $db->query("SHOW VARIABLES LIKE 'wsrep_on'")->fetch(PDO::FETCH_NUM);
+    if ($on === false || $on[1] !== 'ON') {
+        return false;
+    }
+    $old = (int) $db->query('SELECT @@SESSION.wsrep_sync_wait')->fetchColumn();
+    $db->exec('SET SESSION wsrep_sync_wait = ' . ($old | 1));
+    return $old;
 }
