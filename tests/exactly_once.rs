@@ -206,40 +206,80 @@ async fn a_job_its_handler_completed_is_not_taken_for_a_lost_claim() {
     assert!(!log.contains("its claim was reaped"), "{log}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_recipe_outlasts_a_run_of_deadlocks() {
-    // A node that lags (Galera) or a busy table can roll the recipe's transaction back for a
-    // deadlock several times in a row. A trigger plays it: the first 7 INSERTs of the handler's
-    // session fail with 1213. The recipe runs its transaction again each time, waiting longer,
-    // and sells the order once in the job's first attempt.
-    let (db, config) = setup("once_deadlocks", PER_JOB, false).await;
+/// The session's `wsrep_sync_wait` as the handler sees it ("none" where the server has no
+/// such variable), appended to DIR/sync before and after each call of the recipe.
+const SYNC_WAIT: &str = r#"
+function sync_wait(PDO $db): string
+{
+    $row = $db->query("SHOW VARIABLES LIKE 'wsrep_sync_wait'")->fetch(PDO::FETCH_NUM);
+    return $row === false ? 'none' : $row[1];
+}
+function place_noting(PDO $db, int $id, string $batch, string $item): void
+{
+    $before = sync_wait($db);
+    place($db, $id, $batch, $item);
+    file_put_contents('DIR/sync', "$before " . sync_wait($db) . "\n", FILE_APPEND | LOCK_EX);
+}
+"#;
+
+/// A node that lags (Galera) or a busy table can roll the recipe's transaction back for a
+/// deadlock several times in a row. A trigger plays it at the recipe's last statement, the
+/// job's completion, after the order's INSERT: the first 7 tries of each handler session fail
+/// with 1213. The recipe rolls each try back and runs it again, waiting longer each time, and
+/// places each order once, in its job's first attempt; the session's `wsrep_sync_wait` is
+/// what it was.
+async fn the_recipe_outlasts_a_run_of_deadlocks(tag: &str, persistent: bool) {
+    let main = if persistent {
+        "require 'EXAMPLES/persistent/myjob.php';\n\
+         myjob_serve(fn (MyjobJob $job) => place_noting($db, $job->id, $job->batchId, $job->payload));"
+    } else {
+        "place_noting($db, (int) getenv('MYJOB_JOB_ID'), getenv('MYJOB_BATCH_ID'), stream_get_contents(STDIN));"
+    };
+    let (db, config) = setup(tag, &format!("{SYNC_WAIT}\n{main}"), persistent).await;
     let mut conn = db.conn().await;
     conn.query_drop(
-        "CREATE TRIGGER orders_deadlock BEFORE INSERT ON orders FOR EACH ROW \
+        "CREATE TRIGGER myjob_jobs_deadlock BEFORE UPDATE ON myjob_jobs FOR EACH ROW \
          BEGIN \
-           SET @myjob_test_tries = IFNULL(@myjob_test_tries, 0) + 1; \
-           IF @myjob_test_tries <= 7 THEN \
-             SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, \
-               MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction'; \
+           IF NEW.status = 'done' THEN \
+             SET @myjob_test_tries = IFNULL(@myjob_test_tries, 0) + 1; \
+             IF @myjob_test_tries <= 7 THEN \
+               SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, \
+                 MESSAGE_TEXT = 'Deadlock found when trying to get lock; try restarting transaction'; \
+             END IF; \
            END IF; \
          END",
     )
     .await
     .unwrap();
-    let id = db.insert("orders", &["item"]).await[0];
+    let ids = db.insert("orders", &["item 1"]).await;
     let w = Worker::start_with_env(&config, "1", &[("ORDERS_DB", db.url.as_str())]);
     db.wait_count("status = 'done'", 1, 30).await;
-    let (status, attempts, _, _, error) = db.job(id).await;
+    let (status, attempts, _, _, error) = db.job(ids[0]).await;
     assert_eq!((status.as_str(), attempts, error), ("done", 1, None));
-    let orders: u64 = conn
-        .query_first("SELECT COUNT(*) FROM orders")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(orders, 1);
+    let orders: Vec<(u64, String)> = conn.query("SELECT job_id, item FROM orders").await.unwrap();
+    assert_eq!(orders, vec![(ids[0], "item 1".to_string())]);
     let log = w.log_text();
     assert!(
-        log.contains(&format!("job {id}: try 7 of 10 lost to a deadlock (1213)")),
+        log.contains(&format!(
+            "job {}: try 7 of 10 lost to a deadlock (1213)",
+            ids[0]
+        )),
         "{log}"
     );
+    let sync = std::fs::read_to_string(db.path("sync")).unwrap();
+    for line in sync.lines() {
+        let (before, after) = line.split_once(' ').unwrap();
+        assert_eq!(before, after, "wsrep_sync_wait before and after the recipe");
+    }
+    assert_eq!(sync.lines().count(), 1, "{sync}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_per_job_recipe_outlasts_a_run_of_deadlocks() {
+    the_recipe_outlasts_a_run_of_deadlocks("deadlocks_per_job", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_persistent_recipe_outlasts_a_run_of_deadlocks() {
+    the_recipe_outlasts_a_run_of_deadlocks("deadlocks_persistent", true).await;
 }

@@ -393,3 +393,125 @@ async fn reads_see_commits_made_through_another_node() {
     worker.wait_log("ready", 30).await;
     db.wait_count("status = 'done'", 1, 30).await;
 }
+
+/// The exactly-once recipe in a handler whose database is another node than its worker's
+/// (an application that reaches the cluster through any node). The worker claims the job
+/// through node 1; node 2, where the handler works, has not applied the claim yet: held by
+/// FLUSH TABLES WITH READ LOCK until the handler has seen the job missing there, then busy
+/// applying a large UPDATE that came before the job. A recipe that did not wait for the
+/// cluster would find the job not its run's, sell nothing, and exit 0, and the job would be
+/// taken for done. The recipe's BEGIN waits for node 2 to catch up, and places the order
+/// once.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Galera cluster: run through tests/run"]
+async fn the_recipe_through_a_node_that_lags_places_its_order() {
+    assert_eq!(common::nodes().len(), 3, "MYJOB_TEST_NODES names 3 nodes");
+    let db = TestDb::new("galera_recipe_lag").await;
+    let mut conn = db.conn().await;
+    conn.query_drop(
+        "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id BIGINT NOT NULL, \
+         item VARCHAR(100) NOT NULL)",
+    )
+    .await
+    .unwrap();
+    conn.query_drop("CREATE TABLE filler (n INT PRIMARY KEY, v INT NOT NULL DEFAULT 0)")
+        .await
+        .unwrap();
+    conn.query_drop("INSERT INTO filler (n) SELECT seq FROM seq_1_to_200000")
+        .await
+        .unwrap();
+    let handler = db.script(
+        "order.php",
+        r#"#!/usr/bin/env php
+<?php
+require 'EXAMPLES/exactly-once/complete.php';
+$u = parse_url(getenv('ORDERS_DB'));
+$db = new PDO(
+    sprintf('mysql:host=%s;port=%d;dbname=%s', $u['host'], $u['port'], ltrim($u['path'], '/')),
+    urldecode($u['user']),
+    urldecode($u['pass'] ?? '')
+);
+$id = (int) getenv('MYJOB_JOB_ID');
+$batch = getenv('MYJOB_BATCH_ID');
+// What this node has of the job before the recipe, read without waiting for the cluster.
+$seen = $db->prepare('SELECT batch_id FROM myjob_jobs WHERE id = ?');
+$seen->execute([$id]);
+$had = $seen->fetchColumn();
+file_put_contents('DIR/seen', $had === false ? 'missing' : ($had === $batch ? 'claimed' : 'other'));
+$placed = myjob_complete_in($db, $id, $batch, function (PDO $db) use ($id) {
+    $db->prepare('INSERT INTO orders (job_id, item) VALUES (?, ?)')->execute([$id, 'lagged']);
+});
+file_put_contents('DIR/placed', $placed ? 'true' : 'false');
+"#,
+    );
+    let config = db.path("myjob.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{url}\"\n\
+             [worker]\npoll_interval = \"100ms\"\n\
+             [[queue]]\nname = \"orders\"\ncommand = [\"{h}\"]\npass_env = [\"ORDERS_DB\"]\n",
+            url = db.url,
+            h = handler.display()
+        ),
+    )
+    .unwrap();
+    let node_2 = db.node_url(1);
+    let mut paused = mysql_async::Conn::new(mysql_async::Opts::from_url(&node_2).unwrap())
+        .await
+        .unwrap();
+    // Node 2 has the tables before it is held.
+    paused
+        .query_drop("SET SESSION wsrep_sync_wait = 1")
+        .await
+        .unwrap();
+    let rows: u64 = paused
+        .query_first("SELECT COUNT(*) FROM filler")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows, 200_000);
+    let worker = Worker::start_with_env(&config, "1", &[("ORDERS_DB", node_2.as_str())]);
+    worker.wait_log("ready", 30).await;
+
+    paused
+        .query_drop("FLUSH TABLES WITH READ LOCK")
+        .await
+        .unwrap();
+    conn.query_drop("UPDATE filler SET v = v + 1")
+        .await
+        .unwrap();
+    let id = db.insert("orders", &["order"]).await[0];
+    let began = Instant::now();
+    while !db.path("seen").exists() {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the handler never started:\n{}",
+            worker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    paused.query_drop("UNLOCK TABLES").await.unwrap();
+
+    db.wait_count("status = 'done'", 1, 60).await;
+    assert_eq!(
+        std::fs::read_to_string(db.path("seen")).unwrap(),
+        "missing",
+        "node 2 had the job before the recipe: it did not lag"
+    );
+    let (status, attempts, _, _, error) = db.job(id).await;
+    assert_eq!((status.as_str(), attempts, error), ("done", 1, None));
+    let orders: Vec<(u64, String)> = conn.query("SELECT job_id, item FROM orders").await.unwrap();
+    assert_eq!(
+        orders,
+        vec![(id, "lagged".to_string())],
+        "{}",
+        worker.log_text()
+    );
+    // The handler says so after its commit, which the job's row showed first.
+    let began = Instant::now();
+    while !db.path("placed").exists() && began.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(std::fs::read_to_string(db.path("placed")).unwrap(), "true");
+}
