@@ -72,6 +72,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "schedules",
         include_str!("../../migrations/0013_schedules.sql"),
     ),
+    (
+        14,
+        "galera_null_keys",
+        include_str!("../../migrations/0014_galera_null_keys.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.
