@@ -21,8 +21,8 @@
  * A deadlock (1213), which is also how a Galera cluster reports a transaction that lost to
  * another node's write, rolls the whole transaction back: it is run again, $work included,
  * up to $tries times in all, with waits between that grow from about 10 ms to about 1 s
- * (1.6 to 3.3 s in all over the default's 10 tries, plus each try's own time: size the
- * queue's `timeout` for it). So $work must only write to this database. Each lost try is
+ * (1.6 to 3.3 s in all over the default's 10 tries, plus each try's own time and, on
+ * Galera, its BEGIN's wait, below: size the queue's `timeout` for it). So $work must only write to this database. Each lost try is
  * said on stderr.
  *
  * On a Galera node every try starts from all the cluster had committed when it began

@@ -74,8 +74,13 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     ),
     (
         14,
-        "galera_null_keys",
-        include_str!("../../migrations/0014_galera_null_keys.sql"),
+        "galera_null_key_columns",
+        include_str!("../../migrations/0014_galera_null_key_columns.sql"),
+    ),
+    (
+        15,
+        "galera_null_key_indexes",
+        include_str!("../../migrations/0015_galera_null_key_indexes.sql"),
     ),
 ];
 

@@ -1,8 +1,8 @@
 //! The statements about concurrency keys (migrations 11 and 12). A job with a
 //! `concurrency_key` holds one of its key's `key_limit` slots while it is pending, claimed or a
 //! suspect, and waits `blocked` otherwise; the unique index `(slot_queue, slot_key,
-//! slot_live)` (migration 14: the queue, key and slot of a holder, all NULL in any other
-//! row) lets no slot have two holders. Admission is one transition, `blocked →
+//! slot_live)` (migrations 14 and 15: the queue, key and slot of a holder, all NULL in any
+//! other row) lets no slot have two holders. Admission is one transition, `blocked →
 //! pending` into a free slot, made in two places: the hand-off, when a job that held a slot
 //! ends, and the gate (see `crate::gate`), for the jobs that arrive blocked and for any
 //! hand-off that was missed. Both are races the index referees: the loser changes nothing.
