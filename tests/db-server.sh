@@ -219,7 +219,7 @@ wsrep_sst_method=rsync
 # One undo log page per purge batch (in effect one record). MariaDB 11.8.9's purge, when a
 # DDL statement pauses it (each test's migrations, a CREATE TRIGGER, a DROP DATABASE), goes
 # round a loop that reopens every table of its batch with indexed virtual columns (myjob_jobs
-# has six) and keeps what it allocates until the pause ends; under Galera's isolation of
+# has three) and keeps what it allocates until the pause ends; under Galera's isolation of
 # DDL on a busy cluster the pause lasts seconds, and a node grew by 500 MB a second until
 # the kernel killed it. With one page a batch it holds one table at most: the Galera stage
 # that blew a node up ran with every node under 700 MB. Read at a node's start: a node

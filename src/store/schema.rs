@@ -72,16 +72,6 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "schedules",
         include_str!("../../migrations/0013_schedules.sql"),
     ),
-    (
-        14,
-        "galera_null_key_columns",
-        include_str!("../../migrations/0014_galera_null_key_columns.sql"),
-    ),
-    (
-        15,
-        "galera_null_key_indexes",
-        include_str!("../../migrations/0015_galera_null_key_indexes.sql"),
-    ),
 ];
 
 /// The schema version this binary needs.

@@ -1,8 +1,7 @@
 //! The statements about concurrency keys (migrations 11 and 12). A job with a
 //! `concurrency_key` holds one of its key's `key_limit` slots while it is pending, claimed or a
-//! suspect, and waits `blocked` otherwise; the unique index `(slot_queue, slot_key,
-//! slot_live)` (migrations 14 and 15: the queue, key and slot of a holder, all NULL in any
-//! other row) lets no slot have two holders. Admission is one transition, `blocked →
+//! suspect, and waits `blocked` otherwise; the unique index `(queue, concurrency_key,
+//! slot_live)` lets no slot have two holders. Admission is one transition, `blocked →
 //! pending` into a free slot, made in two places: the hand-off, when a job that held a slot
 //! ends, and the gate (see `crate::gate`), for the jobs that arrive blocked and for any
 //! hand-off that was missed. Both are races the index referees: the loser changes nothing.
@@ -116,8 +115,8 @@ pub async fn blocked_keys(
 }
 
 /// The slots held now among `keys` of `queue`, as `(key, slot)`. Served by the slot index
-/// `(slot_queue, slot_key, slot_live)`, which holds only the jobs that hold a slot: at most
-/// `key_limit` entries per key.
+/// `(queue, concurrency_key, slot_live)`: the held slots of each key, past the NULL entries of
+/// its finished and waiting jobs, at most `key_limit` entries per key.
 pub async fn held_slots(
     conn: &mut Conn,
     queue: &str,
@@ -131,8 +130,8 @@ pub async fn held_slots(
     params.extend(values);
     conn.exec(
         format!(
-            "SELECT slot_key, slot_live FROM myjob_jobs FORCE INDEX (myjob_jobs_slot) \
-             WHERE slot_queue = ? AND slot_key IN ({list})"
+            "SELECT concurrency_key, slot_live FROM myjob_jobs FORCE INDEX (myjob_jobs_slot) \
+             WHERE queue = ? AND concurrency_key IN ({list}) AND slot_live IS NOT NULL"
         ),
         Params::Positional(params),
     )
