@@ -555,7 +555,8 @@ impl ServerId {
     /// seconds of the previous start is not a real case.
     pub fn same_life(&self, other: &ServerId) -> bool {
         self.host_port == other.host_port
-            && (self.started - other.started).abs() <= 2
+            // abs_diff: an owner_server is a producer's to write, any start time included.
+            && self.started.abs_diff(other.started) <= 2
             && self.galera == other.galera
     }
 }

@@ -295,13 +295,10 @@ impl Reaper {
                 continue;
             }
             let why = format!("attempt {} abandoned: {gone}", claim.attempts);
-            log_rescue(
-                claim,
-                jobs::rescue(conn, claim, &why, max).await?,
-                &gone,
-                max,
-                &self.metrics,
-            );
+            let rescued = jobs::rescue(conn, claim, &why, max).await;
+            if let Some(rescued) = row_refused(claim, rescued, &mut self.memory.refused)? {
+                log_rescue(claim, rescued, &gone, max, &self.metrics);
+            }
         }
         Ok(waiting)
     }
@@ -346,9 +343,42 @@ impl Reaper {
 #[derive(Default)]
 struct Memory {
     /// The missing-PROCESS error is logged once, not every interval.
-    refused: bool,
+    no_process: bool,
     /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
     suspects: HashSet<Suspect>,
+    /// The jobs whose write the server refused (see [`row_refused`]), said once each.
+    refused: HashSet<u64>,
+}
+
+/// The most refused jobs remembered; past it, each is said again at every pass.
+const MAX_REFUSED: usize = 10_000;
+
+/// The result of a write about one claim, with a refusal of the server about that row alone
+/// (a value out of range, a constraint, a trigger's SIGNAL) said once for the job and passed
+/// over as `None`: a row is anyone's to write, and one the server will not take must not stop
+/// the pass for every claim behind it. Any other error ends the pass.
+fn row_refused<T>(
+    claim: &OldClaim,
+    result: anyhow::Result<T>,
+    said: &mut HashSet<u64>,
+) -> anyhow::Result<Option<T>> {
+    match result {
+        Ok(done) => Ok(Some(done)),
+        Err(e) if db::classify(&e) == Failure::Refused => {
+            if said.len() < MAX_REFUSED && said.insert(claim.id) {
+                let _in_job =
+                    job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).entered();
+                error!(
+                    job_id = claim.id,
+                    "reaper: job {}: the server refused to put its claim back ({}); it stays as it is, and the pass goes on",
+                    claim.id,
+                    chain(&*e)
+                );
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The reaper lock: one reaper acts at a time across all instances on the server.
@@ -366,13 +396,13 @@ async fn reap(
     // Without PROCESS, the processlist shows only this account's own connections, and every
     // other worker would look dead: refuse rather than reset live claims.
     if !has_process_privilege(conn).await? {
-        if !memory.refused {
+        if !memory.no_process {
             error!("reaper: the database account lacks the PROCESS privilege, so it cannot see other workers' connections; refusing to reap (GRANT PROCESS ON *.* TO the account, or to a role that is its default role)");
-            memory.refused = true;
+            memory.no_process = true;
         }
         return Ok(());
     }
-    memory.refused = false;
+    memory.no_process = false;
 
     // Old claims first, then the live connections: an owner seen alive in the claim and gone
     // from the later list is dead; one that reconnected and adopted its claims in between has
@@ -427,13 +457,10 @@ async fn reap(
         }
         let why = format!("attempt {} abandoned: {reason}", claim.attempts);
         let max = settings.reaper.max_rescues;
-        log_rescue(
-            claim,
-            jobs::rescue(conn, claim, &why, max).await?,
-            &reason,
-            max,
-            metrics,
-        );
+        let rescued = jobs::rescue(conn, claim, &why, max).await;
+        if let Some(rescued) = row_refused(claim, rescued, &mut memory.refused)? {
+            log_rescue(claim, rescued, &reason, max, metrics);
+        }
     }
     for claim in &cancels {
         let Verdict::Dead(reason) = judge(claim, &view) else {
@@ -445,7 +472,8 @@ async fn reap(
             memory.suspects.insert(suspect);
             continue;
         }
-        if jobs::forget_cancel(conn, claim).await? {
+        let forgot = jobs::forget_cancel(conn, claim).await;
+        if row_refused(claim, forgot, &mut memory.refused)? == Some(true) {
             job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).in_scope(|| {
                 info!(
                     job_id = claim.id,
@@ -520,17 +548,17 @@ fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32, metric
             target: "myjob::msg::rescued",
             job_id = claim.id,
             attempt = claim.attempts,
-            rescues = claim.rescues + 1,
+            rescues = claim.rescues.saturating_add(1),
             "reaper: suspect put back: its worker died while running it in quarantine ({} of {max}): {reason}",
-            claim.rescues + 1
+            claim.rescues.saturating_add(1)
         ),
         Rescued::Failed => error!(
             target: "myjob::msg::poison_pill",
             job_id = claim.id,
             attempt = claim.attempts,
-            rescues = claim.rescues + 1,
+            rescues = claim.rescues.saturating_add(1),
             "reaper: job failed: its worker died while running it in quarantine {} times (last: {reason})",
-            claim.rescues + 1
+            claim.rescues.saturating_add(1)
         ),
         Rescued::Gone => {}
     }

@@ -630,3 +630,58 @@ async fn per_job_handlers_push_no_process_out_but_persistent_queues_share_the_sl
         "{starts:?}"
     );
 }
+
+/// A process that writes the start of its answer as soon as it has the header, and the rest
+/// of the line once it has read the payload: while myjob still writes a large payload, the
+/// answer's first bytes arrive, and must be kept until the line is whole.
+const SPLIT_WRITER: &str = r#"#!/bin/bash
+echo READY
+while read -r word id attempt max batch len; do
+  printf OK
+  head -c "$len" | wc -c > DIR/length.$id
+  echo
+done
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_written_in_two_parts_around_a_large_payload_is_read_whole() {
+    let db = TestDb::new("persist_split").await;
+    let script = db.script("split.sh", SPLIT_WRITER);
+    let config = db.path("myjob.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{url}\"\n\n\
+             [worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\n\
+             [[queue]]\nname = \"p\"\ncommand = [\"{h}\"]\npersistent = true\nmax_attempts = 1\n",
+            url = db.url,
+            h = script.display()
+        ),
+    )
+    .unwrap();
+    let mut conn = db.conn().await;
+    // 1 MiB, the column's whole 16 MiB, and 5 bytes.
+    conn.query_drop(
+        "INSERT INTO myjob_jobs (queue, payload) VALUES \
+         ('p', REPEAT('x', 1048576)), ('p', REPEAT('y', 16777215)), ('p', 'small')",
+    )
+    .await
+    .unwrap();
+    let worker = Worker::start(&config, "1");
+    db.wait_count("status IN ('done', 'failed')", 3, 60).await;
+    let failed: Vec<(u64, Option<String>)> = conn
+        .query("SELECT id, last_error FROM myjob_jobs WHERE status <> 'done'")
+        .await
+        .unwrap();
+    assert!(failed.is_empty(), "{failed:?}\n{}", worker.log_text());
+    let lengths: Vec<u64> = (1..=3)
+        .map(|id| {
+            std::fs::read_to_string(db.path(&format!("length.{id}")))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(lengths, [1_048_576, 16_777_215, 5]);
+}

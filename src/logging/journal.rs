@@ -28,12 +28,13 @@ use std::time::Duration;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::{DefaultFields, Writer};
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
+use super::fields::{escape, CleanFields};
 use super::{database, message_id};
 
 /// Where journald takes native entries.
@@ -44,7 +45,7 @@ pub struct JournalLayer {
     path: PathBuf,
     /// `MYJOB_INSTANCE` on every entry, when the process is an instance.
     instance: Option<String>,
-    fields: DefaultFields,
+    fields: CleanFields,
     /// Where an entry journald cannot take goes, as a `<N>`-prefixed line: to the thread
     /// that writes them to stderr.
     fallback: SyncSender<Fallback>,
@@ -142,7 +143,7 @@ impl JournalLayer {
             socket,
             path: path.to_owned(),
             instance: instance.map(str::to_owned),
-            fields: DefaultFields::new(),
+            fields: CleanFields::default(),
             fallback: writer(write),
         })
     }
@@ -300,13 +301,15 @@ fn put(entry: &mut Vec<u8>, name: &str, value: &str) {
 }
 
 /// Collects fields as text, the message aside: a string as it is, anything else as its
-/// `Debug` (a `%value` field's `Display`).
+/// `Debug` (a `%value` field's `Display`), each escaped as the message is (see
+/// [`escape`]): `journalctl -o verbose` prints them to a terminal.
 struct Collect<'a>(&'a mut Vec<(String, String)>);
 
 impl Visit for Collect<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() != "message" {
-            self.0.push((field.name().to_owned(), value.to_owned()));
+            self.0
+                .push((field.name().to_owned(), escape(value).into_owned()));
         }
     }
 
@@ -314,7 +317,8 @@ impl Visit for Collect<'_> {
         if field.name() != "message" {
             let mut text = String::new();
             let _ = write!(text, "{value:?}");
-            self.0.push((field.name().to_owned(), text));
+            self.0
+                .push((field.name().to_owned(), escape(&text).into_owned()));
         }
     }
 }
@@ -440,6 +444,46 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&lines.lock().unwrap()),
             "<3>job failed: no journal job_id=4\n"
+        );
+    }
+
+    #[test]
+    fn a_value_with_a_newline_neither_forges_an_entry_nor_a_stream_line() {
+        let forged = "db\n<0>FORGED\r\x1b[2J";
+        // Natively: MESSAGE and the fields are one line each, the controls escaped.
+        let (_dir, path, rx) = journald();
+        let layer = JournalLayer::new(&path, None).unwrap();
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            tracing::warn!(owner = forged, "reaper: its server {forged} is gone")
+        });
+        let got = received(&rx);
+        let message = field(&got, "MESSAGE").unwrap();
+        assert_eq!(
+            message,
+            // tracing-subscriber writes an ESC in the message as `\x1b` itself.
+            r#"reaper: its server db\n<0>FORGED\r\x1b[2J is gone owner="db\n<0>FORGED\r\u{1b}[2J""#
+        );
+        assert!(!field(&got, "MYJOB_OWNER")
+            .unwrap()
+            .contains(['\n', '\r', '\x1b']));
+        // Through the fallback to stderr: one `<4>` line.
+        let dir = tempfile::tempdir().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let sink = lines.clone();
+        let layer = JournalLayer::with_fallback(&dir.path().join("none"), None, move |l| {
+            sink.lock().unwrap().extend_from_slice(l)
+        })
+        .unwrap();
+        let fallback = layer.fallback();
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            tracing::warn!("reaper: its server {forged} is gone")
+        });
+        flush(&fallback, Duration::from_secs(5));
+        let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert!(
+            text.starts_with("<4>") && !text.contains(['\r', '\x1b']),
+            "{text:?}"
         );
     }
 

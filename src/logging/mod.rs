@@ -7,7 +7,10 @@
 //! attempt and batch into the journal's fields; the text output does not show spans, so a
 //! line reads the same either way.
 
+mod fields;
 mod journal;
+
+pub use fields::escape;
 
 use std::fmt;
 use std::io::IsTerminal;
@@ -134,7 +137,8 @@ pub fn init(instance: Option<&str>) {
     let events = filter_fn(|m| m.is_event());
     let text = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_target(false);
+        .with_target(false)
+        .fmt_fields(fields::CleanFields::default());
     if stderr_is_journal() {
         let text = text.with_ansi(false).event_format(Stream(
             Format::default()

@@ -150,8 +150,9 @@ impl Process {
             idle_since: Instant::now(),
         };
         let timeout = p.queue.timeout;
+        let mut line = Vec::new();
         let ended = tokio::select! {
-            line = read_line(&mut p.stdout) => Ended::Line(line),
+            read = read_line(&mut p.stdout, &mut line) => Ended::Line(read),
             _ = sleep(timeout) => Ended::TimedOut,
             _ = abort.cancelled() => Ended::Aborted,
         };
@@ -220,12 +221,15 @@ impl Process {
             let deadline = sleep(self.queue.timeout);
             tokio::pin!(deadline);
             let mut written = false;
+            // Outside the loop: a read cut short when the write finishes first leaves the
+            // bytes it had (an answer's first part) here, for the next read to go on from.
+            let mut line = Vec::new();
             let ended = loop {
                 tokio::select! {
                     // A failed write (the process closed stdin, or died) shows as the end of
                     // its stdout next.
                     _ = &mut write, if !written => written = true,
-                    line = read_line(&mut self.stdout) => break Ended::Line(line),
+                    read = read_line(&mut self.stdout, &mut line) => break Ended::Line(read),
                     _ = &mut deadline => break Ended::TimedOut,
                     _ = cancel.cancelled() => break Ended::Cancelled,
                     _ = abort.cancelled() => break Ended::Aborted,
@@ -413,17 +417,26 @@ fn with_tail(reason: String, tail: &str) -> String {
 
 /// One line of a process's stdout, without its `\n`; `None` at the end of the stream. A line
 /// longer than [`protocol::MAX_ANSWER`] is an error, so a process cannot fill myjob's memory.
-async fn read_line(stdout: &mut BufReader<ChildStdout>) -> Result<Option<Vec<u8>>, String> {
-    let mut line = Vec::new();
+///
+/// The bytes read so far are kept in `line`, which the caller owns: `read_until` is not
+/// cancel-safe, and a future of this dropped by a `select!` (the payload's write finished
+/// first) must not take the start of the answer with it. Called again with the same `line`,
+/// it goes on where the dropped one stopped.
+async fn read_line(
+    stdout: &mut BufReader<ChildStdout>,
+    line: &mut Vec<u8>,
+) -> Result<Option<Vec<u8>>, String> {
     let limit = protocol::MAX_ANSWER as u64 + 1;
-    let n = (&mut *stdout)
-        .take(limit)
-        .read_until(b'\n', &mut line)
+    let room = limit.saturating_sub(line.len() as u64);
+    (&mut *stdout)
+        .take(room)
+        .read_until(b'\n', line)
         .await
         .map_err(|e| format!("cannot read its stdout: {e}"))?;
-    match line.pop() {
-        Some(b'\n') => Ok(Some(line)),
-        _ if n as u64 >= limit => Err(format!(
+    let mut whole = std::mem::take(line);
+    match whole.pop() {
+        Some(b'\n') => Ok(Some(whole)),
+        _ if whole.len() as u64 + 1 >= limit => Err(format!(
             "a line of more than {} bytes on stdout",
             protocol::MAX_ANSWER
         )),

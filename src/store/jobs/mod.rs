@@ -71,7 +71,7 @@ pub(crate) fn in_list<T: Clone + Into<Value>>(values: &[T]) -> (String, Vec<Valu
 /// The claim statement (see [`claim`]); public so that the benchmark can EXPLAIN it.
 pub const CLAIM: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
      SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
-         worker = ?, claimed_at = NOW(6), attempts = attempts + 1 \
+         worker = ?, claimed_at = NOW(6), attempts = LEAST(attempts + 1, 4294967295) \
      WHERE status = 'pending' AND queue = ? AND run_at <= NOW(6) \
      ORDER BY status, queue, priority DESC, id LIMIT ?";
 
@@ -103,7 +103,7 @@ pub async fn claim(
 /// The claim of one suspect into an instance's quarantine slot (see [`claim_suspect`]).
 const CLAIM_SUSPECT: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
      SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
-         worker = ?, claimed_at = NOW(6), attempts = attempts + 1 \
+         worker = ?, claimed_at = NOW(6), attempts = LEAST(attempts + 1, 4294967295) \
      WHERE status = 'suspect' AND queue = ? \
      ORDER BY status, queue, priority DESC, id LIMIT 1";
 
@@ -812,19 +812,19 @@ pub async fn rescue(
 ) -> anyhow::Result<Rescued> {
     // Claimed at suspicion 2, it was claimed as a suspect: into quarantine.
     let charged = claim.suspicion >= 2;
-    let last_straw = charged && claim.rescues + 1 >= max_rescues;
-    let suspicion = (claim.suspicion + 1).min(2);
+    // The counters are a producer's to write too: they saturate, in Rust as in SQL.
+    let rescues = claim.rescues.saturating_add(1);
+    let last_straw = charged && rescues >= max_rescues;
+    let suspicion = claim.suspicion.saturating_add(1).min(2);
     let fence = "WHERE id = ? AND batch_id <=> ? AND owner_conn <=> ? AND owner_server <=> ? \
                  AND status = 'claimed'";
     if last_straw {
-        let error = format!(
-            "its worker died while running it in quarantine {} times (last: {why})",
-            claim.rescues + 1
-        );
+        let error =
+            format!("its worker died while running it in quarantine {rescues} times (last: {why})");
         conn.exec_drop(
             format!(
                 "UPDATE myjob_jobs SET status = 'failed', finished_at = NOW(6), last_error = ?, \
-                     rescues = rescues + 1, slot = NULL {fence}"
+                     rescues = LEAST(rescues + 1, 4294967295), slot = NULL {fence}"
             ),
             (
                 error,
@@ -842,7 +842,7 @@ pub async fn rescue(
                 "UPDATE myjob_jobs SET status = ?, suspicion = ?, \
                      attempts = GREATEST(attempts, 1) - 1, run_at = NOW(6), last_error = ?, \
                      batch_id = NULL, owner_conn = NULL, owner_server = NULL, worker = NULL, \
-                     claimed_at = NULL, rescues = rescues + ? {fence}"
+                     claimed_at = NULL, rescues = LEAST(rescues + ?, 4294967295) {fence}"
             ),
             (
                 status,
