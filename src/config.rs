@@ -377,13 +377,35 @@ impl Settings {
         Ok(settings)
     }
 
-    /// Files holding the database password that every user of the machine may read: the
-    /// config file when its url has the password, and `password_file`. One line each.
-    pub fn exposed_secrets(&self) -> Vec<String> {
+    /// What is wrong with who may read or write the files myjob trusts, one line each: the
+    /// config file or `password_file` writable by its group or by every user (who could then
+    /// choose the commands myjob runs, or the database it trusts), and the database password
+    /// readable by every user (the config file when its url has it, and `password_file`).
+    pub fn file_warnings(&self) -> Vec<String> {
         use std::os::unix::fs::PermissionsExt;
-        let readable_by_all =
-            |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o004 != 0);
+        let mode = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.permissions().mode());
+        let readable_by_all = |p: &Path| mode(p) & 0o004 != 0;
+        let writable_by = |p: &Path| match mode(p) {
+            m if m & 0o002 != 0 => Some("every user (chmod o-w)"),
+            m if m & 0o020 != 0 => Some("its group (chmod g-w)"),
+            _ => None,
+        };
         let mut found = Vec::new();
+        if let Some(who) = writable_by(&self.path) {
+            found.push(format!(
+                "{}: the file is writable by {who}, who may then choose the commands myjob runs",
+                self.path.display()
+            ));
+        }
+        if let Some(file) = &self.database.password_file {
+            if let Some(who) = writable_by(file) {
+                found.push(format!(
+                    "{}: database.password_file {} is writable by {who}",
+                    self.path.display(),
+                    file.display()
+                ));
+            }
+        }
         if self.database.url_has_password && readable_by_all(&self.path) {
             found.push(format!(
                 "{}: database.url holds a password and the file is readable by every user (chmod o-r, or move the password to password_file)",
@@ -632,8 +654,10 @@ fn validate_database(
         )
     })?;
     check_url_host(&url).map_err(|m| (key.to_owned(), m))?;
+    check_url_at(&url).map_err(|m| (key.to_owned(), m))?;
     let opts = mysql_async::Opts::from_url(&url)
         .map_err(|e| (key.to_owned(), format!("not a valid mysql:// url: {e}")))?;
+    check_url_parts(&url, &opts).map_err(|m| (key.to_owned(), m))?;
     let mut builder = mysql_async::OptsBuilder::from_opts(opts.clone());
     // mysql_async would otherwise switch a 127.0.0.1 connection over to the server's unix
     // socket, whose path may not exist where myjob runs (a container, a chroot).
@@ -729,6 +753,47 @@ fn check_url_host(url: &str) -> Result<(), String> {
     let host = host.split(':').next().unwrap_or("");
     if host.is_empty() {
         return Err("has no host: mysql://user@host:3306/database".into());
+    }
+    Ok(())
+}
+
+/// What to do with a password or user name a url cannot hold as it is.
+const PERCENT_ENCODE: &str = "percent-encode `/` `?` `#` `@` `:` `%` in the user name and \
+     password (`/` is %2F, `@` is %40), or move the password to database.password_file";
+
+/// A `@` after the first `/`, `?` or `#` past the scheme: a password (or user name) with one of
+/// those in it, which the parse would cut there, taking what follows for the host, the port
+/// or the database, and the password for none: it would then be logged as the database's
+/// name and sent to the server as one. Refused without echoing the url.
+fn check_url_at(url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("mysql://").unwrap_or(url);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[authority_end..].contains('@') {
+        return Err(format!(
+            "has a `@` after its host: the password or user name holds a character that ends \
+             the host part, and would be cut there; {PERCENT_ENCODE}"
+        ));
+    }
+    Ok(())
+}
+
+/// The parse kept the password the url's text has (`user:password@`), and left no `@` in the
+/// host or the database's name. Never echoes the url.
+fn check_url_parts(url: &str, opts: &mysql_async::Opts) -> Result<(), String> {
+    let rest = url.strip_prefix("mysql://").unwrap_or(url);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let has_password = authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    if has_password && opts.pass().is_none() {
+        return Err(format!(
+            "its password was lost in parsing; {PERCENT_ENCODE}"
+        ));
+    }
+    if opts.ip_or_hostname().contains('@') || opts.db_name().is_some_and(|d| d.contains('@')) {
+        return Err(format!(
+            "leaves a `@` in the host or the database's name: {PERCENT_ENCODE}"
+        ));
     }
     Ok(())
 }

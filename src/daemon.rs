@@ -49,8 +49,8 @@ pub async fn run(
 ) -> Result<(), Error> {
     let settings = Settings::load(&opts.config).or_exit(ExitCode::Config)?;
     settings.check_runnable().or_exit(ExitCode::Config)?;
-    for exposed in settings.exposed_secrets() {
-        warn!("{exposed}");
+    for warning in settings.file_warnings() {
+        warn!("{warning}");
     }
     // The metrics endpoint first: a port that is taken is a config error before anything
     // connects.

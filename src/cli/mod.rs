@@ -227,8 +227,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Error> {
         Command::CheckConfig => {
             let settings = Settings::load(&cli.config).or_exit(ExitCode::Config)?;
             settings.check_runnable().or_exit(ExitCode::Config)?;
-            for exposed in settings.exposed_secrets() {
-                tracing::warn!("{exposed}");
+            for warning in settings.file_warnings() {
+                tracing::warn!("{warning}");
             }
             println!(
                 "{}: ok, {} queue(s)",
