@@ -56,7 +56,13 @@ impl Bench {
                 myjob::store::jobs::claim(conn, batch, "bench", 100, &who)
                     .await
                     .unwrap();
-                let got = myjob::store::jobs::read_batch(conn, batch).await.unwrap();
+                let got = myjob::store::jobs::read_batch(
+                    conn,
+                    batch,
+                    myjob::config::MAX_PAYLOAD_BYTES as u64,
+                )
+                .await
+                .unwrap();
                 assert_eq!(got.len(), 100);
                 if batch > 5 {
                     times.push(t.elapsed().as_secs_f64() * 1000.0);

@@ -164,9 +164,13 @@ impl Bench {
                 myjob::store::jobs::claim(&mut probe, *batch, "probe", 10, &who)
                     .await
                     .unwrap();
-                let got = myjob::store::jobs::read_batch(&mut probe, *batch)
-                    .await
-                    .unwrap();
+                let got = myjob::store::jobs::read_batch(
+                    &mut probe,
+                    *batch,
+                    myjob::config::MAX_PAYLOAD_BYTES as u64,
+                )
+                .await
+                .unwrap();
                 assert_eq!(got.len(), 10, "the probe's queue ran dry");
                 probe
                     .exec_drop(

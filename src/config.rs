@@ -32,6 +32,13 @@ pub const NOOP_HANDLER: &str = "myjob:noop";
 const MAX_CONCURRENCY: i64 = 1024;
 /// The largest `batch_size` accepted.
 const MAX_BATCH_SIZE: i64 = 1000;
+/// The largest payload a job can have: the MEDIUMBLOB column's.
+pub const MAX_PAYLOAD_BYTES: i64 = 16 * 1024 * 1024 - 1;
+/// What the default `max_payload_bytes` keeps the payloads an instance holds under: the
+/// running jobs' and the prefetched ones', `concurrency + batch_size` at the most.
+pub const PAYLOADS_HELD: i64 = 1024 * 1024 * 1024;
+/// The least default `max_payload_bytes`, however many jobs an instance may hold.
+const MIN_DEFAULT_PAYLOAD_BYTES: i64 = 64 * 1024;
 
 // The shortest value of each duration key: below it a loop would spin (a poll, a reaper pass)
 // or the value would make no sense (a handler killed before it could start, a persistent
@@ -117,6 +124,7 @@ struct RawDatabase {
 struct RawWorker {
     concurrency: Option<i64>,
     batch_size: Option<i64>,
+    max_payload_bytes: Option<i64>,
     poll_interval: Option<String>,
     shutdown_timeout: Option<String>,
     kill_grace: Option<String>,
@@ -269,6 +277,10 @@ pub struct WorkerSettings {
     pub concurrency: usize,
     /// The most jobs one claim takes; a claim takes the free slots plus a short prefetch.
     pub batch_size: usize,
+    /// The largest payload a claim loads: a job with a larger one fails without its payload
+    /// being read, so that the payloads an instance holds stay under `(concurrency +
+    /// batch_size) × max_payload_bytes`.
+    pub max_payload_bytes: u64,
     /// How long to wait before claiming again after a claim found fewer jobs than it asked for.
     pub poll_interval: Duration,
     /// How long running handlers may finish after SIGTERM before they are killed.
@@ -482,9 +494,18 @@ fn validate(raw: RawConfig, url_override: Option<String>) -> Result<Settings, In
     let database = validate_database(raw.database, url_override)?;
 
     let w = raw.worker;
+    let concurrency = int_in(w.concurrency, 8, 1, MAX_CONCURRENCY, "worker.concurrency")?;
+    let batch_size = int_in(w.batch_size, 100, 1, MAX_BATCH_SIZE, "worker.batch_size")?;
     let worker = WorkerSettings {
-        concurrency: int_in(w.concurrency, 8, 1, MAX_CONCURRENCY, "worker.concurrency")? as usize,
-        batch_size: int_in(w.batch_size, 100, 1, MAX_BATCH_SIZE, "worker.batch_size")? as usize,
+        concurrency: concurrency as usize,
+        batch_size: batch_size as usize,
+        max_payload_bytes: int_in(
+            w.max_payload_bytes,
+            default_max_payload(concurrency, batch_size),
+            1,
+            MAX_PAYLOAD_BYTES,
+            "worker.max_payload_bytes",
+        )? as u64,
         poll_interval: duration_min(
             w.poll_interval,
             "500ms",
@@ -858,6 +879,14 @@ fn check_executable(program: &str) -> Result<(), String> {
 /// The largest `key_limit`: each running job of a key holds a numbered slot (a SMALLINT).
 const MAX_KEY_LIMIT: i64 = 10_000;
 
+/// `max_payload_bytes` when the config gives none: [`PAYLOADS_HELD`] shared among the most
+/// jobs an instance holds at once, at least [`MIN_DEFAULT_PAYLOAD_BYTES`] and at most the
+/// column's limit (about 9.5 MiB for the defaults, 8 slots and claims of 100).
+pub fn default_max_payload(concurrency: i64, batch_size: i64) -> i64 {
+    (PAYLOADS_HELD / (concurrency + batch_size).max(1))
+        .clamp(MIN_DEFAULT_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES)
+}
+
 fn int_in(value: Option<i64>, default: i64, min: i64, max: i64, key: &str) -> Result<i64, Invalid> {
     let v = value.unwrap_or(default);
     if v < min || v > max {
@@ -1113,9 +1142,38 @@ mod tests {
         let s = load_str(include_str!("../config/myjob.toml")).unwrap();
         // The reference file documents the defaults: it must not drift from them.
         let d = load_str(MINIMAL).unwrap();
+        // Commented out, as it is computed: the figure it shows is the default's.
+        let shown = format!("# max_payload_bytes = {}\n", d.worker.max_payload_bytes);
         assert_eq!(
             (s.worker, s.reaper, s.retention),
             (d.worker, d.reaper, d.retention)
+        );
+        assert!(
+            include_str!("../config/myjob.toml").contains(&shown),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn the_default_payload_limit_shares_a_gibibyte_among_the_jobs_held() {
+        let d = load_str(MINIMAL).unwrap();
+        assert_eq!(d.worker.max_payload_bytes, 9_942_053);
+        assert_eq!(default_max_payload(1, 1), MAX_PAYLOAD_BYTES);
+        assert_eq!(default_max_payload(1024, 1000), 530_504);
+        assert_eq!(
+            default_max_payload(1024, 1000 * 1000),
+            MIN_DEFAULT_PAYLOAD_BYTES
+        );
+        for (c, b) in [(8, 100), (64, 100), (1024, 1000)] {
+            assert!(default_max_payload(c, b) * (c + b) <= PAYLOADS_HELD);
+        }
+        let e = load_str(&format!(
+            "{MINIMAL}[worker]\nmax_payload_bytes = 16777216\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("worker.max_payload_bytes: 16777216 is out of range"),
+            "{e}"
         );
     }
 

@@ -35,7 +35,8 @@ fn odd_config(db: &TestDb) -> std::path::PathBuf {
             script.display()
         );
     }
-    db.config("concurrency = 4", &queues)
+    // The column's whole 16 MiB: by default, 4 slots and claims of 100 load 10 MiB at most.
+    db.config("concurrency = 4\nmax_payload_bytes = 16777215", &queues)
 }
 
 /// Peak resident memory of a process, in KiB.
@@ -110,6 +111,49 @@ async fn a_payload_of_the_columns_full_16_mib_is_handled() {
         !worker.log_text().contains("reconnecting"),
         "{}",
         worker.log_text()
+    );
+}
+
+/// Eight payloads of 15 MiB at concurrency 8, over a limit of 1 MiB: each fails with a reason
+/// that names the limit, its payload never loaded, and the worker's memory stays where it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_over_max_payload_bytes_fails_its_job_without_being_loaded() {
+    let db = TestDb::new("payload_limit").await;
+    let config = db.config("concurrency = 8\nmax_payload_bytes = 1048576", "");
+    db.insert_rows(
+        "(queue, payload)",
+        "('q', REPEAT('x', 15 * 1024 * 1024))",
+        8,
+    )
+    .await;
+    let fits = db
+        .insert_sql("INSERT INTO myjob_jobs (queue, payload) VALUES ('q', REPEAT('y', 1048576))")
+        .await;
+    let worker = Worker::start(&config, "1");
+    db.wait_count("status = 'failed'", 8, 60).await;
+    db.wait_count(&format!("id = {fits} AND status = 'done'"), 1, 30)
+        .await;
+    let mut conn = db.conn().await;
+    let errors: Vec<String> = conn
+        .query("SELECT last_error FROM myjob_jobs WHERE status = 'failed'")
+        .await
+        .unwrap();
+    for e in &errors {
+        assert_eq!(
+            e,
+            "permanent failure on attempt 1: its payload of 15728640 bytes is over \
+             worker.max_payload_bytes (1048576), and was not loaded: raise the limit, or pass a \
+             reference to the data instead"
+        );
+    }
+    // 8 × 15 MiB would be 120 MiB, half again as much at the peak.
+    let peak = peak_rss_kib(worker.pid());
+    assert!(peak < 48 * 1024, "peak RSS {peak} KiB");
+    let runs = std::fs::read_to_string(db.path("runs")).unwrap_or_default();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "only the job that fits ran: {runs}"
     );
 }
 

@@ -621,7 +621,11 @@ impl Consumer {
         }
         let claimed = match self
             .metrics
-            .within(Op::ReadBatch, limit, jobs::read_batch(conn, batch_id))
+            .within(
+                Op::ReadBatch,
+                limit,
+                jobs::read_batch(conn, batch_id, settings.worker.max_payload_bytes),
+            )
             .await
         {
             Ok(claimed) => claimed,
@@ -704,7 +708,11 @@ impl Consumer {
             };
             match self
                 .metrics
-                .within(Op::ReadBatch, limit, jobs::read_batch(conn, batch_id))
+                .within(
+                    Op::ReadBatch,
+                    limit,
+                    jobs::read_batch(conn, batch_id, settings.worker.max_payload_bytes),
+                )
                 .await
             {
                 Ok(claimed) => {
@@ -806,7 +814,11 @@ impl Consumer {
         self.quarantine = Some(batch_id);
         let claimed = match self
             .metrics
-            .within(Op::ReadBatch, limit, jobs::read_batch(conn, batch_id))
+            .within(
+                Op::ReadBatch,
+                limit,
+                jobs::read_batch(conn, batch_id, settings.worker.max_payload_bytes),
+            )
             .await
         {
             Ok(claimed) => claimed,

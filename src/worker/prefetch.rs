@@ -160,6 +160,7 @@ mod tests {
         WorkerSettings {
             concurrency,
             batch_size,
+            max_payload_bytes: 1024,
             poll_interval: Duration::from_millis(500),
             shutdown_timeout: Duration::from_secs(30),
             kill_grace: Duration::from_secs(5),

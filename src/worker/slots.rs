@@ -13,7 +13,7 @@ use tracing::{Instrument, Span};
 
 use crate::config::{Settings, WorkerSettings};
 use crate::metrics::{Metrics, ProcessExit};
-use crate::store::jobs::{Completion, Outcome};
+use crate::store::jobs::{Completion, Outcome, Payload};
 use crate::worker::handler::{self, Exit};
 use crate::worker::pool::Pool;
 use crate::worker::prefetch::Ready;
@@ -126,7 +126,8 @@ impl Slots {
             .map_or_else(Span::none, |r| r.span.clone())
     }
 
-    /// Starts a handler for `r`.
+    /// Starts a handler for `r`; a job whose payload was too big to load fails in its slot
+    /// at once, without one.
     pub fn start(&mut self, r: Ready, worker: &WorkerSettings) {
         let kill_grace = worker.kill_grace;
         self.kill_grace = kill_grace;
@@ -137,77 +138,68 @@ impl Slots {
             span,
         } = r;
         let max_attempts = job.max_attempts.unwrap_or(queue.max_attempts);
-        let run = handler::Job {
-            id: job.id,
-            queue: job.queue,
-            payload: job.payload.into(),
-            attempt: job.attempt,
-            max_attempts,
-            batch_id,
-            instance: self.instance.clone(),
-        };
-        // Which instance started which attempt: the first line of each run's story.
-        span.in_scope(|| {
-            tracing::info!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started")
-        });
         let abort = self.abort.child_token();
         let kill = abort.clone();
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
         let q = queue.clone();
-        let task = if q.persistent.is_some() {
-            let process = self.pool.take(&q);
-            let not_before = match process {
-                Some(_) => None,
-                None => {
-                    // At most one persistent process per slot: counting this job's new one,
-                    // the busy ones and the idle ones.
-                    let busy = self.busy_processes() + 1;
-                    self.pool.make_room(worker.concurrency.saturating_sub(busy));
-                    self.pool.not_before(&q.name)
-                }
-            };
-            self.tasks.spawn(
-                async move {
-                    let (attempt, max_attempts) = (run.attempt, run.max_attempts);
-                    let served = process::serve(
-                        run,
-                        q.clone(),
-                        process,
-                        not_before,
-                        kill_grace,
-                        stop,
-                        abort,
+        let attempt = job.attempt;
+        let task = match job.payload {
+            Payload::TooBig(length) => {
+                let reason = format!(
+                    "its payload of {length} bytes is over worker.max_payload_bytes ({}), and was not loaded: raise the limit, or pass a reference to the data instead",
+                    worker.max_payload_bytes
+                );
+                let outcome = retry::decide(Exit::Refused { reason }, attempt, max_attempts, &q);
+                self.tasks.spawn(
+                    async move {
+                        Ran {
+                            outcome,
+                            process: None,
+                            start: None,
+                        }
+                    }
+                    .instrument(span.clone()),
+                )
+            }
+            Payload::Loaded(payload) => {
+                let run = handler::Job {
+                    id: job.id,
+                    queue: job.queue,
+                    payload: payload.into(),
+                    attempt,
+                    max_attempts,
+                    batch_id,
+                    instance: self.instance.clone(),
+                };
+                // Which instance started which attempt: the first line of each run's story.
+                span.in_scope(|| {
+                    tracing::info!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started")
+                });
+                if q.persistent.is_some() {
+                    self.start_persistent(run, q, worker, stop, abort, &span)
+                } else {
+                    self.tasks.spawn(
+                        async move {
+                            let exit = handler::run(&run, &q, kill_grace, &stop, &abort).await;
+                            Ran {
+                                outcome: retry::decide(exit, run.attempt, run.max_attempts, &q),
+                                process: None,
+                                start: None,
+                            }
+                        }
+                        .instrument(span.clone()),
                     )
-                    .await;
-                    Ran {
-                        outcome: retry::decide(served.exit, attempt, max_attempts, &q),
-                        process: served.process,
-                        start: served.start,
-                    }
                 }
-                .instrument(span.clone()),
-            )
-        } else {
-            self.tasks.spawn(
-                async move {
-                    let exit = handler::run(&run, &q, kill_grace, &stop, &abort).await;
-                    Ran {
-                        outcome: retry::decide(exit, run.attempt, run.max_attempts, &q),
-                        process: None,
-                        start: None,
-                    }
-                }
-                .instrument(span.clone()),
-            )
+            }
         };
         self.running.insert(
             task.id(),
             Running {
                 job_id: job.id,
                 batch_id,
-                slot: job.slot.clone(),
-                attempt: job.attempt,
+                slot: job.slot,
+                attempt,
                 max_attempts,
                 queue,
                 started: std::time::Instant::now(),
@@ -216,6 +208,45 @@ impl Slots {
                 kill,
             },
         );
+    }
+
+    /// The task of a job of a persistent queue: on an idle process of the queue, or on a new
+    /// one when there is none (and room for it).
+    fn start_persistent(
+        &mut self,
+        run: handler::Job,
+        q: Arc<crate::config::QueueSettings>,
+        worker: &WorkerSettings,
+        stop: CancellationToken,
+        abort: CancellationToken,
+        span: &Span,
+    ) -> tokio::task::AbortHandle {
+        let kill_grace = worker.kill_grace;
+        let process = self.pool.take(&q);
+        let not_before = match process {
+            Some(_) => None,
+            None => {
+                // At most one persistent process per slot: counting this job's new one,
+                // the busy ones and the idle ones.
+                let busy = self.busy_processes() + 1;
+                self.pool.make_room(worker.concurrency.saturating_sub(busy));
+                self.pool.not_before(&q.name)
+            }
+        };
+        self.tasks.spawn(
+            async move {
+                let (attempt, max_attempts) = (run.attempt, run.max_attempts);
+                let served =
+                    process::serve(run, q.clone(), process, not_before, kill_grace, stop, abort)
+                        .await;
+                Ran {
+                    outcome: retry::decide(served.exit, attempt, max_attempts, &q),
+                    process: served.process,
+                    start: served.start,
+                }
+            }
+            .instrument(span.clone()),
+        )
     }
 
     /// Kills the handlers of the jobs among `ids` that run here at once, without the grace
@@ -394,7 +425,7 @@ mod tests {
             job: ClaimedJob {
                 id,
                 queue: "q".into(),
-                payload: b"x".to_vec(),
+                payload: Payload::Loaded(b"x".to_vec()),
                 attempt: 1,
                 max_attempts: None,
                 due_to_claim: Duration::ZERO,
@@ -422,6 +453,7 @@ mod tests {
         WorkerSettings {
             concurrency: 8,
             batch_size: 100,
+            max_payload_bytes: 1024,
             poll_interval: Duration::from_millis(500),
             shutdown_timeout: Duration::from_secs(30),
             kill_grace,
@@ -448,6 +480,25 @@ mod tests {
         assert!(matches!(got[1].1, Outcome::Retry { .. }), "{:?}", got[1]);
         assert!(slots.is_empty());
         assert!(slots.try_finished().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_payload_too_big_to_load_fails_its_job_without_a_handler() {
+        let mut slots = Slots::new("t", Arc::new(Metrics::new(&[], None)));
+        let t = Duration::from_secs(10);
+        let mut r = ready(1, &["/nonexistent/handler"], t);
+        r.job.payload = Payload::TooBig(16_777_215);
+        slots.start(r, &worker(t));
+        let f = slots.next_finished().await;
+        let Outcome::Fail { error } = f.completion.outcome else {
+            panic!("{:?}", f.completion.outcome)
+        };
+        assert_eq!(
+            error,
+            "permanent failure on attempt 1: its payload of 16777215 bytes is over \
+             worker.max_payload_bytes (1024), and was not loaded: raise the limit, or pass a \
+             reference to the data instead"
+        );
     }
 
     #[tokio::test]

@@ -21,12 +21,20 @@ pub mod admin;
 pub mod keys;
 pub mod purge;
 
+/// A claimed job's payload, as the read-back left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    Loaded(Vec<u8>),
+    /// Larger than the worker's `max_payload_bytes`: its length, its bytes left unread.
+    TooBig(u64),
+}
+
 /// A job as the claim hands it out.
 #[derive(Debug, Clone)]
 pub struct ClaimedJob {
     pub id: u64,
     pub queue: String,
-    pub payload: Vec<u8>,
+    pub payload: Payload,
     /// This attempt's number, counting from 1 (the claim adds one to `attempts`).
     pub attempt: u32,
     /// The job's own limit; NULL means the queue's.
@@ -211,13 +219,20 @@ pub async fn probe(
     Ok(probe)
 }
 
-/// The jobs a claim stamped with `batch_id`, in run order. Served by the batch_id index.
-pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<ClaimedJob>> {
+/// The jobs a claim stamped with `batch_id`, in run order, their payloads up to
+/// `max_payload` bytes: a larger one is left on the server, and its length said instead (a
+/// producer may write 16 MiB into every row). Served by the batch_id index.
+pub async fn read_batch(
+    conn: &mut Conn,
+    batch_id: u64,
+    max_payload: u64,
+) -> anyhow::Result<Vec<ClaimedJob>> {
     // The queue as bytes: the column is binary, and no row may make the conversion panic.
     type Row = (
         u64,
         Vec<u8>,
-        Vec<u8>,
+        Option<Vec<u8>>,
+        u64,
         u32,
         Option<u32>,
         Option<i64>,
@@ -226,11 +241,12 @@ pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<Cl
     );
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT id, queue, payload, attempts, max_attempts, \
+            "SELECT id, queue, IF(LENGTH(payload) <= ?, payload, NULL), LENGTH(payload), \
+                    attempts, max_attempts, \
                     TIMESTAMPDIFF(MICROSECOND, run_at, claimed_at), concurrency_key, slot \
              FROM myjob_jobs \
              WHERE batch_id = ? AND status = 'claimed' ORDER BY priority DESC, id",
-            (batch_id,),
+            (max_payload, batch_id),
         )
         .await
         .context("reading the claimed batch")?;
@@ -238,7 +254,7 @@ pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<Cl
     Ok(rows
         .into_iter()
         .map(
-            |(id, queue, payload, attempt, max_attempts, waited, key, slot)| {
+            |(id, queue, payload, length, attempt, max_attempts, waited, key, slot)| {
                 let queue = String::from_utf8_lossy(&queue).into_owned();
                 ClaimedJob {
                     id,
@@ -250,7 +266,10 @@ pub async fn read_batch(conn: &mut Conn, batch_id: u64) -> anyhow::Result<Vec<Cl
                         slot,
                     }),
                     queue,
-                    payload,
+                    payload: match payload {
+                        Some(bytes) => Payload::Loaded(bytes),
+                        None => Payload::TooBig(length),
+                    },
                     attempt,
                     max_attempts,
                     // A suspect's run_at is its first due time; a job claimed early never is.
