@@ -1,7 +1,8 @@
 //! The benchmark: `bench/run` (or `cargo bench --features bench --bench myjob -- [--smoke]
 //! [--rows-10m] [--latency-only] [--cat-only] [--backlog-only] [--growth-only]
 //! [--persistent-only] [--purge-only] [--idle-only] [--queues-only] [--scheduled-only]
-//! [--heal-only] [--capacity-only] [--metrics-only] [--logging-only] [--flow-only]`).
+//! [--heal-only] [--capacity-only] [--metrics-only] [--logging-only] [--flow-only]
+//! [--memory-only]`).
 //! Every figure is measured next to a ceiling of this machine measured in the same run, and
 //! reported as a ratio to it; the table goes to stdout and to bench/results/<date>.md. Every
 //! run's jobs are real rows, verified at the end (all done, each claimed once).
@@ -22,6 +23,7 @@ mod heal;
 mod idle;
 mod latency;
 mod logging;
+mod memory;
 mod metrics;
 mod persistent;
 mod purge;

@@ -98,6 +98,12 @@ impl Bench {
             self.flow_item().await;
             return;
         }
+        if alone("--memory-only") {
+            // For working on item 18 alone.
+            self.line(head);
+            self.memory_item().await;
+            return;
+        }
         if alone("--cat-only") {
             // For working on item 2: the spawn ceiling, then `cat` per job at concurrency 32,
             // with where the CPU goes.
@@ -154,8 +160,9 @@ impl Bench {
         // 15. What the metrics cost; 16. what the log costs.
         self.metrics_item().await;
         self.logging_item().await;
-        // 17. What concurrency keys cost.
+        // 17. What concurrency keys cost; 18. memory against payload size.
         self.flow_item().await;
+        self.memory_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
