@@ -348,6 +348,46 @@ struct Memory {
     suspects: HashSet<Suspect>,
     /// The jobs whose write the server refused (see [`row_refused`]), said once each.
     refused: HashSet<u64>,
+    /// The sweep of cancelled jobs without a claim time (see `store::jobs::undated`).
+    sweep: Sweep,
+}
+
+/// How often the sweep of cancelled jobs without a claim time starts again: it reads every
+/// cancelled job that has finished, a page per pass, for rows only a producer writes.
+const SWEEP_EVERY: Duration = Duration::from_secs(3600);
+
+/// Where the sweep of cancelled jobs without a claim time is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// The next starts then: at the first pass, and [`SWEEP_EVERY`] after one ends.
+    Due(Instant),
+    /// Under way: its next page starts after this job id.
+    At(u64),
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Sweep::Due(Instant::now())
+    }
+}
+
+impl Sweep {
+    /// Where this pass's page starts, if the sweep has one to read now.
+    fn page(&self) -> Option<u64> {
+        match *self {
+            Sweep::At(after) => Some(after),
+            Sweep::Due(at) if at <= Instant::now() => Some(0),
+            Sweep::Due(_) => None,
+        }
+    }
+
+    /// After a page that ended at `next` (None: at the end of the range).
+    fn after(next: Option<u64>) -> Sweep {
+        match next {
+            Some(id) => Sweep::At(id),
+            None => Sweep::Due(Instant::now() + SWEEP_EVERY),
+        }
+    }
 }
 
 /// The most refused jobs remembered; past it, each is said again at every pass.
@@ -409,6 +449,21 @@ async fn reap(
     // a new owner_conn, and the reset below, fenced by the old one, leaves it alone.
     let stale_after = settings.reaper.stale_after;
     servers::prune(conn, FORGET_SERVERS_AFTER.max(stale_after * 2)).await?;
+    // Claims a producer wrote without a time, or with one far ahead: dated now, judged as
+    // any claim once stale_after has passed (see `undated`).
+    let mut dated = jobs::undated::date(conn, PAGE).await?;
+    if let Some(after) = memory.sweep.page() {
+        let (n, next) = jobs::undated::sweep_cancelled(conn, after).await?;
+        dated += n;
+        memory.sweep = Sweep::after(next);
+    }
+    if dated > 0 {
+        warn!(
+            claims = dated,
+            "reaper: claims without a time, or with one more than {} ahead of the server's clock, were dated now: they are judged as any claim once reaper.stale_after has passed",
+            jobs::undated::AHEAD.to_lowercase()
+        );
+    }
     // Every old claim, a page at a time: however many long jobs run, a dead claim behind
     // them is judged.
     let old = all_old(conn, Held::Claimed, stale_after).await?;

@@ -20,6 +20,7 @@ pub use keys::KeySlot;
 pub mod admin;
 pub mod keys;
 pub mod purge;
+pub mod undated;
 
 /// A claimed job's payload, as the read-back left it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,94 @@
+//! Claims with a time no claim of myjob's has: none at all, or more than [`AHEAD`] ahead of
+//! the server's clock. A producer can write such a row (anyone who can INSERT can write any
+//! column); myjob's claim always stamps the server's `NOW(6)`. The reaper judges a claim
+//! only once it is older than `stale_after`, so an undated one would stay claimed for ever
+//! (one dated 2038, until then), holding its unique key and its concurrency slot. The reaper
+//! dates such claims now instead, and judges them as any other once `stale_after` has
+//! passed: a live owner's is kept, a dead one's put back.
+//!
+//! A cancelled job keeps its claim's owner until its worker has seen the handler stop, and
+//! its concurrency slot with it; then the owner and the time are cleared together. One with
+//! an owner and no time is a producer's, which would hold its key's slot for ever: found by
+//! [`sweep_cancelled`], a page at a time, and dated the same way.
+
+use anyhow::Context as _;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Params};
+
+use super::in_list;
+
+/// How far ahead of the server's clock a claim's time may be and still count: the clocks of
+/// a cluster's nodes disagree by far less. Dating a live claim is safe (it only puts off its
+/// judgement, which asks the processlist all the same), so a server whose clock was set
+/// back costs a write per claim, once.
+pub const AHEAD: &str = "1 MINUTE";
+
+/// Dates now at most `limit` undated claims (see the module's text), and cancelled jobs'
+/// claims dated more than [`AHEAD`] ahead (a cancelled job's claim time is cleared when its
+/// handler is seen to stop, so no time is its normal state). Returns how many it dated.
+/// The read is served by the stale index `(status, claimed_at)`: the NULL range of
+/// `claimed` and the ranges past `NOW(6) + AHEAD`, an index dive each when they are empty,
+/// which they nearly always are; the write by the primary key, fenced by the same test.
+pub async fn date(conn: &mut Conn, limit: usize) -> anyhow::Result<u64> {
+    let odd = format!(
+        "((status = 'claimed' AND claimed_at IS NULL) \
+          OR (status IN ('claimed', 'cancelled') AND claimed_at > NOW(6) + INTERVAL {AHEAD}))"
+    );
+    let ids: Vec<u64> = conn
+        .exec(
+            format!("SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) WHERE {odd} LIMIT ?"),
+            (limit as u64,),
+        )
+        .await
+        .context("reading claims without a time")?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let (list, params) = in_list(&ids);
+    conn.exec_drop(
+        format!("UPDATE myjob_jobs SET claimed_at = NOW(6) WHERE id IN ({list}) AND {odd}"),
+        Params::Positional(params),
+    )
+    .await
+    .context("dating claims without a time")?;
+    Ok(conn.affected_rows())
+}
+
+/// The most index entries one page of [`sweep_cancelled`] reads.
+pub const SWEEP_PAGE: u64 = 10_000;
+
+/// One page of the sweep of cancelled jobs without a claim time: the ids after `after` in
+/// that range of the stale index `(status, claimed_at)`, whose entries end with the id, at
+/// most [`SWEEP_PAGE`] of them; those with an owner are dated now. The range holds every
+/// cancelled job that has finished, so the sweep is slow and rare (see the reaper). Returns
+/// how many it dated and where the next page starts (None at the end of the range).
+pub async fn sweep_cancelled(conn: &mut Conn, after: u64) -> anyhow::Result<(u64, Option<u64>)> {
+    let rows: Vec<(u64, bool)> = conn
+        .exec(
+            "SELECT id, owner_conn IS NOT NULL FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
+             WHERE status = 'cancelled' AND claimed_at IS NULL AND id > ? \
+             ORDER BY status, claimed_at, id LIMIT ?",
+            (after, SWEEP_PAGE),
+        )
+        .await
+        .context("sweeping cancelled jobs without a claim time")?;
+    let next = match rows.last() {
+        Some((id, _)) if rows.len() as u64 >= SWEEP_PAGE => Some(*id),
+        _ => None,
+    };
+    let owned: Vec<u64> = rows.iter().filter(|r| r.1).map(|r| r.0).collect();
+    if owned.is_empty() {
+        return Ok((0, next));
+    }
+    let (list, params) = in_list(&owned);
+    conn.exec_drop(
+        format!(
+            "UPDATE myjob_jobs SET claimed_at = NOW(6) WHERE id IN ({list}) \
+             AND status = 'cancelled' AND claimed_at IS NULL AND owner_conn IS NOT NULL"
+        ),
+        Params::Positional(params),
+    )
+    .await
+    .context("dating cancelled jobs without a claim time")?;
+    Ok((conn.affected_rows(), next))
+}
