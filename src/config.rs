@@ -803,9 +803,11 @@ fn check_url_at(url: &str) -> Result<(), String> {
 fn check_url_parts(url: &str, opts: &mysql_async::Opts) -> Result<(), String> {
     let rest = url.strip_prefix("mysql://").unwrap_or(url);
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    // `user:@host` is an empty password, which the parse gives as none.
     let has_password = authority
         .rsplit_once('@')
-        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+        .and_then(|(userinfo, _)| userinfo.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty());
     if has_password && opts.pass().is_none() {
         return Err(format!(
             "its password was lost in parsing; {PERCENT_ENCODE}"
@@ -1152,6 +1154,37 @@ mod tests {
             include_str!("../config/myjob.toml").contains(&shown),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_url_that_would_lose_its_password_is_refused_without_echoing_it() {
+        let url = |u: &str| load_str(&format!("[database]\nurl = \"{u}\"\n"));
+        for good in [
+            "mysql://app@127.0.0.1:3306/app",
+            "mysql://app:@127.0.0.1:3306/app",
+            "mysql://app:p@ss@127.0.0.1:3306/app",
+            "mysql://app:%2Fs3cr3t@127.0.0.1:3306/app",
+            "mysql://app:a:b@127.0.0.1:3306/app?prefer_socket=false",
+        ] {
+            assert!(url(good).is_ok(), "{good}: {:?}", url(good).err());
+        }
+        for bad in [
+            "mysql://app:/s3cr3t@127.0.0.1:3306/app",
+            "mysql://app:12/s3cr3t@127.0.0.1:3306/app",
+            "mysql://app:a/b@c@127.0.0.1:3306/app",
+            "mysql://app:q?x@127.0.0.1:3306/app",
+            "mysql://app:h#x@127.0.0.1:3306/app",
+        ] {
+            let e = url(bad).unwrap_err();
+            assert!(
+                e.contains("database.url: ") && e.contains("percent-encode"),
+                "{e}"
+            );
+            assert!(
+                !e.contains("s3cr3t") && !e.contains("q?x") && !e.contains("h#x"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -283,15 +283,7 @@ async fn a_descriptor_myjob_inherited_does_not_reach_its_handlers() {
             _ => Err(std::io::Error::last_os_error()),
         });
     }
-    /// Kills the worker when the test ends, whichever way.
-    struct Running(std::process::Child);
-    impl Drop for Running {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let worker = Running(cmd.spawn().unwrap());
+    let worker = common::KillOnDrop(cmd.spawn().unwrap());
     drop(leaked);
     // myjob itself has fd 7: the test sets up what it means to.
     let target = std::fs::read_link(format!("/proc/{}/fd/7", worker.0.id())).ok();

@@ -7,7 +7,14 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 
-use common::{TestDb, Worker};
+use common::{id_list, TestDb, Worker};
+
+/// The worker's log has no sign of an arithmetic or range error: no 1264 from the server, no
+/// panic of its own.
+fn assert_no_overflow(log: &str) {
+    assert!(!log.contains("1264"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
 
 /// The rows: a claim whose rescue count is at the column's limit, abandoned an hour
 /// ago, ahead of a plain abandoned claim. The reaper takes the oldest first; it must put back
@@ -41,9 +48,7 @@ async fn a_claim_with_its_rescues_at_the_limit_does_not_stop_the_reaper() {
         error.contains("quarantine 4294967295 times"),
         "poison's last_error: {error}"
     );
-    let log = worker.log_text();
-    assert!(!log.contains("1264"), "{log}");
-    assert!(!log.contains("panicked"), "{log}");
+    assert_no_overflow(&worker.log_text());
 }
 
 /// A pending job whose attempts are at the column's limit, ahead of the rest of its queue by
@@ -67,13 +72,7 @@ async fn a_job_with_its_attempts_at_the_limit_does_not_stall_its_queue() {
     let rest = db.insert("q", &["ok"; 5]).await;
     let worker = Worker::start(&config, "1");
     db.wait_count(
-        &format!(
-            "status = 'done' AND id IN ({})",
-            rest.iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        &format!("status = 'done' AND id IN ({})", id_list(&rest)),
         5,
         30,
     )
@@ -84,9 +83,7 @@ async fn a_job_with_its_attempts_at_the_limit_does_not_stall_its_queue() {
         10,
     )
     .await;
-    let log = worker.log_text();
-    assert!(!log.contains("1264"), "{log}");
-    assert!(!log.contains("panicked"), "{log}");
+    assert_no_overflow(&worker.log_text());
 }
 
 /// An abandoned claim whose `owner_server` carries a newline, a journal priority prefix, a
@@ -399,14 +396,7 @@ async fn random_rows_in_every_column_stop_nothing() {
         }
         let plain = db.insert("q", &["ok"; 20]).await;
         let mut worker = Worker::start(&config, "1");
-        let plain_done = format!(
-            "status = 'done' AND id IN ({})",
-            plain
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let plain_done = format!("status = 'done' AND id IN ({})", id_list(&plain));
         let began = std::time::Instant::now();
         let wrong = loop {
             let mut wrong = Vec::new();

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::scrape::{free_port, get};
-use common::TestDb;
+use common::{KillOnDrop, TestDb};
 use nix::libc;
 
 /// This process's own descriptor limit, raised to its hard limit: the test holds 1,200.
@@ -92,15 +92,7 @@ async fn a_thousand_idle_and_two_hundred_half_sent_connections_starve_nothing() 
             Ok(())
         });
     }
-    /// The worker, killed when the test ends however it ends.
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let worker = Kill(worker.spawn().unwrap());
+    let worker = KillOnDrop(worker.spawn().unwrap());
     let pid = worker.0.id();
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let start = Instant::now();

@@ -143,7 +143,7 @@ impl Prometheus {
     fn api(&self, path: &str, params: &[(&str, &str)]) -> serde_json::Value {
         let query: Vec<String> = params
             .iter()
-            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .map(|(k, v)| format!("{k}={}", common::percent_encode(v)))
             .collect();
         let url = format!("/api/v1/{path}?{}", query.join("&"));
         let (status, body) = http_get(self.port, &url).unwrap();
@@ -208,18 +208,6 @@ impl Series {
     fn instance(&self) -> &str {
         self.labels.get("instance").map_or("", String::as_str)
     }
-}
-
-/// Percent-encodes a query string value: all but the unreserved characters.
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// One GET; returns the status and the body. HTTP/1.1 with `Connection: close`, the body

@@ -27,17 +27,7 @@ const SHAPES: &[&str] = &[
     "endsWithSlash/",
 ];
 
-/// A url's userinfo part, each byte outside the unreserved set percent-encoded.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+use common::percent_encode as encode;
 
 /// `host:port` of the server under test.
 fn host_port() -> String {
@@ -80,21 +70,9 @@ fn config_with(db: &TestDb, url: &str, name: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_password_of_any_shape_is_never_logged_and_a_url_that_loses_it_is_refused() {
     let db = TestDb::new("secrets").await;
-    let mut admin = db.conn().await;
     for (i, password) in SHAPES.iter().enumerate() {
         let user = format!("myjob_pw{i}");
-        admin
-            .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
-            .await
-            .unwrap();
-        // No placeholder in CREATE USER: the literal, quoted (none of the shapes has a quote
-        // or a backslash).
-        admin
-            .query_drop(format!(
-                "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"
-            ))
-            .await
-            .unwrap();
+        let mut admin = common::create_user(&db, &user, password).await;
         admin
             .query_drop(format!("GRANT ALL ON *.* TO '{user}'@'%'"))
             .await

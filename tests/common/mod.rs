@@ -355,6 +355,18 @@ pub async fn account(db: &TestDb, tag: &str, keep: impl Fn(&str) -> bool) -> (St
     let token = format!("{:016x}", rand::random::<u64>());
     let user = format!("myjob_{tag}_{}", &token[..8]);
     let password = format!("Secret-{token}");
+    let mut admin = create_user(db, &user, &password).await;
+    for grant in readme_grants(&db.name, &user) {
+        if keep(&grant) {
+            admin.query_drop(grant).await.unwrap();
+        }
+    }
+    (user, password)
+}
+
+/// Creates `user`@'%' afresh with `password` (no quote or backslash in it: CREATE USER takes
+/// no placeholder), and returns the admin connection that did.
+pub async fn create_user(db: &TestDb, user: &str, password: &str) -> Conn {
     let mut admin = db.conn().await;
     admin
         .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
@@ -366,12 +378,38 @@ pub async fn account(db: &TestDb, tag: &str, keep: impl Fn(&str) -> bool) -> (St
         ))
         .await
         .unwrap();
-    for grant in readme_grants(&db.name, &user) {
-        if keep(&grant) {
-            admin.query_drop(grant).await.unwrap();
-        }
+    admin
+}
+
+/// `1, 2, 3`: ids for an SQL `IN (…)`.
+pub fn id_list(ids: &[u64]) -> String {
+    ids.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `s` percent-encoded: every byte but the unreserved characters (a url's user, password or
+/// query value).
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A process killed and reaped when dropped, however the test ends.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
-    (user, password)
 }
 
 /// The test handler. It records each run, then does what the payload says:
