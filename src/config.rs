@@ -35,8 +35,9 @@ const MAX_BATCH_SIZE: i64 = 1000;
 /// The largest payload a job can have: the MEDIUMBLOB column's.
 pub const MAX_PAYLOAD_BYTES: i64 = 16 * 1024 * 1024 - 1;
 /// What the default `max_payload_bytes` keeps the payloads an instance holds under: the
-/// running jobs' and the prefetched ones', `concurrency + batch_size` at the most.
-pub const PAYLOADS_HELD: i64 = 1024 * 1024 * 1024;
+/// running jobs' and the prefetched ones', `concurrency + batch_size` at the most. 2 GiB
+/// leaves the defaults (8 slots, claims of 100) the column's whole 16 MiB.
+pub const PAYLOADS_HELD: i64 = 2 * 1024 * 1024 * 1024;
 /// The least default `max_payload_bytes`, however many jobs an instance may hold.
 const MIN_DEFAULT_PAYLOAD_BYTES: i64 = 64 * 1024;
 
@@ -782,14 +783,17 @@ fn check_url_host(url: &str) -> Result<(), String> {
 const PERCENT_ENCODE: &str = "percent-encode `/` `?` `#` `@` `:` `%` in the user name and \
      password (`/` is %2F, `@` is %40), or move the password to database.password_file";
 
-/// A `@` after the first `/`, `?` or `#` past the scheme: a password (or user name) with one of
-/// those in it, which the parse would cut there, taking what follows for the host, the port
-/// or the database, and the password for none: it would then be logged as the database's
-/// name and sent to the server as one. Refused without echoing the url.
+/// A `@` after the first `/`, `?` or `#` past the scheme while the part before has none: a
+/// password (or user name) with one of those in it, which the parse would cut there, taking
+/// what follows for the host, the port or the database, and the password for none: it would
+/// then be logged as the database's name and sent to the server as one. Refused without
+/// echoing the url. (A `@` in a query value after a whole `user:password@host` is the
+/// value's own.)
 fn check_url_at(url: &str) -> Result<(), String> {
     let rest = url.strip_prefix("mysql://").unwrap_or(url);
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    if rest[authority_end..].contains('@') {
+    let (authority, after) = rest.split_at(authority_end);
+    if !authority.contains('@') && after.contains('@') {
         return Err(format!(
             "has a `@` after its host: the password or user name holds a character that ends \
              the host part, and would be cut there; {PERCENT_ENCODE}"
@@ -883,7 +887,8 @@ const MAX_KEY_LIMIT: i64 = 10_000;
 
 /// `max_payload_bytes` when the config gives none: [`PAYLOADS_HELD`] shared among the most
 /// jobs an instance holds at once, at least [`MIN_DEFAULT_PAYLOAD_BYTES`] and at most the
-/// column's limit (about 9.5 MiB for the defaults, 8 slots and claims of 100).
+/// column's limit (the limit for the defaults, 8 slots and claims of 100; about 1.9 MiB for
+/// 64 slots and claims of 1000).
 pub fn default_max_payload(concurrency: i64, batch_size: i64) -> i64 {
     (PAYLOADS_HELD / (concurrency + batch_size).max(1))
         .clamp(MIN_DEFAULT_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES)
@@ -1165,6 +1170,7 @@ mod tests {
             "mysql://app:p@ss@127.0.0.1:3306/app",
             "mysql://app:%2Fs3cr3t@127.0.0.1:3306/app",
             "mysql://app:a:b@127.0.0.1:3306/app?prefer_socket=false",
+            "mysql://app:pw@127.0.0.1:3306/app?socket=/run/a@b/mysqld.sock",
         ] {
             assert!(url(good).is_ok(), "{good}: {:?}", url(good).err());
         }
@@ -1188,11 +1194,12 @@ mod tests {
     }
 
     #[test]
-    fn the_default_payload_limit_shares_a_gibibyte_among_the_jobs_held() {
+    fn the_default_payload_limit_shares_two_gibibytes_among_the_jobs_held() {
         let d = load_str(MINIMAL).unwrap();
-        assert_eq!(d.worker.max_payload_bytes, 9_942_053);
+        assert_eq!(d.worker.max_payload_bytes, 16_777_215);
         assert_eq!(default_max_payload(1, 1), MAX_PAYLOAD_BYTES);
-        assert_eq!(default_max_payload(1024, 1000), 530_504);
+        assert_eq!(default_max_payload(64, 1000), 2_018_311);
+        assert_eq!(default_max_payload(1024, 1000), 1_061_009);
         assert_eq!(
             default_max_payload(1024, 1000 * 1000),
             MIN_DEFAULT_PAYLOAD_BYTES

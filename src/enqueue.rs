@@ -106,6 +106,18 @@ pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<u64, Error> {
             settings.path.display()
         );
     }
+    // A worker of this config would fail it unread: say so now, to the producer.
+    let most = settings.worker.max_payload_bytes;
+    if job.payload.len() as u64 > most {
+        return Err(Error::new(
+            ExitCode::Data,
+            anyhow!(
+                "payload: {} bytes are over worker.max_payload_bytes ({most}) of {}: its workers would fail the job unread (raise the limit there)",
+                job.payload.len(),
+                settings.path.display()
+            ),
+        ));
+    }
     let mut conn = schema::connect_checked(&settings.database).await?;
     // The payload travels in one packet: past the server's max_allowed_packet the driver
     // only reports "packets out of sync", so say what is wrong before sending.

@@ -38,7 +38,7 @@ use mysql_async::prelude::*;
 use mysql_async::Conn;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, warn, Span};
 
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock, ServerId};
@@ -296,7 +296,9 @@ impl Reaper {
             }
             let why = format!("attempt {} abandoned: {gone}", claim.attempts);
             let rescued = jobs::rescue(conn, claim, &why, max).await;
-            if let Some(rescued) = row_refused(claim, rescued, &mut self.memory.refused)? {
+            if let Some(rescued) =
+                row_refused(claim.id, span_of(claim), rescued, &mut self.memory.refused)?
+            {
                 log_rescue(claim, rescued, &gone, max, &self.metrics);
             }
         }
@@ -390,28 +392,46 @@ impl Sweep {
     }
 }
 
-/// The most refused jobs remembered; past it, each is said again at every pass.
+/// The most refused jobs remembered; past it, a new one is said again at every pass.
 const MAX_REFUSED: usize = 10_000;
+
+/// Dates the claims `ids` (see `store::jobs::undated`) in one statement; when the server
+/// refuses it for one of them (a trigger's SIGNAL, a CHECK of the user's), one at a time, the
+/// refused ones said once and passed over. Returns how many it dated.
+async fn date_claims(conn: &mut Conn, ids: &[u64], said: &mut HashSet<u64>) -> anyhow::Result<u64> {
+    match jobs::undated::date(conn, ids).await {
+        Err(e) if db::classify(&e) == Failure::Refused => {}
+        dated => return dated,
+    }
+    let mut dated = 0;
+    for &id in ids {
+        let one = jobs::undated::date(conn, &[id]).await;
+        dated += row_refused(id, Span::none(), one, said)?.unwrap_or(0);
+    }
+    Ok(dated)
+}
 
 /// The result of a write about one claim, with a refusal of the server about that row alone
 /// (a value out of range, a constraint, a trigger's SIGNAL) said once for the job and passed
 /// over as `None`: a row is anyone's to write, and one the server will not take must not stop
 /// the pass for every claim behind it. Any other error ends the pass.
 fn row_refused<T>(
-    claim: &OldClaim,
+    job_id: u64,
+    span: Span,
     result: anyhow::Result<T>,
     said: &mut HashSet<u64>,
 ) -> anyhow::Result<Option<T>> {
     match result {
         Ok(done) => Ok(Some(done)),
         Err(e) if db::classify(&e) == Failure::Refused => {
-            if said.len() < MAX_REFUSED && said.insert(claim.id) {
-                let _in_job =
-                    job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).entered();
+            if !said.contains(&job_id) {
+                if said.len() < MAX_REFUSED {
+                    said.insert(job_id);
+                }
+                let _in_job = span.entered();
                 error!(
-                    job_id = claim.id,
-                    "reaper: job {}: the server refused to put its claim back ({}); it stays as it is, and the pass goes on",
-                    claim.id,
+                    job_id,
+                    "reaper: job {job_id}: the server refused a write about its claim ({}); it stays as it is, and the pass goes on",
                     chain(&*e)
                 );
             }
@@ -451,12 +471,13 @@ async fn reap(
     servers::prune(conn, FORGET_SERVERS_AFTER.max(stale_after * 2)).await?;
     // Claims a producer wrote without a time, or with one far ahead: dated now, judged as
     // any claim once stale_after has passed (see `undated`).
-    let mut dated = jobs::undated::date(conn, PAGE).await?;
+    let mut undated = jobs::undated::undated(conn, PAGE).await?;
     if let Some(after) = memory.sweep.page() {
-        let (n, next) = jobs::undated::sweep_cancelled(conn, after).await?;
-        dated += n;
+        let (owned, next) = jobs::undated::cancelled_page(conn, after).await?;
+        undated.extend(owned);
         memory.sweep = Sweep::after(next);
     }
+    let dated = date_claims(conn, &undated, &mut memory.refused).await?;
     if dated > 0 {
         warn!(
             claims = dated,
@@ -513,7 +534,8 @@ async fn reap(
         let why = format!("attempt {} abandoned: {reason}", claim.attempts);
         let max = settings.reaper.max_rescues;
         let rescued = jobs::rescue(conn, claim, &why, max).await;
-        if let Some(rescued) = row_refused(claim, rescued, &mut memory.refused)? {
+        if let Some(rescued) = row_refused(claim.id, span_of(claim), rescued, &mut memory.refused)?
+        {
             log_rescue(claim, rescued, &reason, max, metrics);
         }
     }
@@ -528,7 +550,7 @@ async fn reap(
             continue;
         }
         let forgot = jobs::forget_cancel(conn, claim).await;
-        if row_refused(claim, forgot, &mut memory.refused)? == Some(true) {
+        if row_refused(claim.id, span_of(claim), forgot, &mut memory.refused)? == Some(true) {
             job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).in_scope(|| {
                 info!(
                     job_id = claim.id,
@@ -544,6 +566,11 @@ async fn reap(
         );
     }
     Ok(())
+}
+
+/// The span of the lines about `claim`'s job: its fields, as its worker's lines had them.
+fn span_of(claim: &OldClaim) -> Span {
+    job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id)
 }
 
 /// Every old claim of kind `of`, a page at a time.

@@ -171,6 +171,29 @@ async fn bad_jobs_exit_65_and_insert_nothing() {
         );
     }
     assert_eq!(db.count("1").await, 0);
+    // Over the config's max_payload_bytes: its workers would fail it unread.
+    let small = db.path("small.toml");
+    edited(
+        &config,
+        &small,
+        &[("[worker]\n", "[worker]\nmax_payload_bytes = 1000\n")],
+    );
+    let s = small.to_str().unwrap();
+    let out = myjob(&["--config", s, "enqueue", "-"], &[b'x'; 1001]);
+    assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+    assert!(
+        error_line(&out).contains("payload: 1001 bytes are over worker.max_payload_bytes (1000)"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(db.count("1").await, 0);
+    let out = myjob(&["--config", s, "enqueue", "-"], &[b'x'; 1000]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    db.conn()
+        .await
+        .query_drop("DELETE FROM myjob_jobs")
+        .await
+        .unwrap();
 
     // `-` with an empty stdin is an empty payload, and a payload at the limit fits.
     let out = myjob(&["--config", c, "enqueue", "-"], b"");

@@ -35,8 +35,7 @@ fn odd_config(db: &TestDb) -> std::path::PathBuf {
             script.display()
         );
     }
-    // The column's whole 16 MiB: by default, 4 slots and claims of 100 load 10 MiB at most.
-    db.config("concurrency = 4\nmax_payload_bytes = 16777215", &queues)
+    db.config("concurrency = 4", &queues)
 }
 
 /// Peak resident memory of a process, in KiB.

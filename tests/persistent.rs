@@ -235,12 +235,7 @@ async fn a_reason_longer_than_last_error_holds_is_cut_and_the_job_retried() {
 #[tokio::test(flavor = "multi_thread")]
 async fn binary_and_16_mib_payloads_arrive_byte_for_byte() {
     let db = TestDb::new("persist_binary").await;
-    let config = config(
-        &db,
-        "ready",
-        "concurrency = 1\nmax_payload_bytes = 16777215",
-        "",
-    );
+    let config = config(&db, "ready", "concurrency = 1", "");
     let mut binary: Vec<u8> = (0..=255u8).collect();
     binary.extend_from_slice(b"\nJOB 1 1 1 1 5\n\0\0OK\n");
     let mut conn = db.conn().await;
@@ -657,7 +652,7 @@ async fn an_answer_written_in_two_parts_around_a_large_payload_is_read_whole() {
         &config,
         format!(
             "[metrics]\nlisten = \"\"\n\n[database]\nurl = \"{url}\"\n\n\
-             [worker]\nconcurrency = 1\nmax_payload_bytes = 16777215\npoll_interval = \"100ms\"\n\n\
+             [worker]\nconcurrency = 1\npoll_interval = \"100ms\"\n\n\
              [[queue]]\nname = \"p\"\ncommand = [\"{h}\"]\npersistent = true\nmax_attempts = 1\n",
             url = db.url,
             h = script.display()

@@ -6,9 +6,12 @@
 //! Any local user can write an entry with any field of their own (`logger --journald`), so
 //! `MYJOB_JOB_ID` and `MYJOB_DATABASE` only pick a job's lines among myjob's: which entries are
 //! myjob's is told by `_SYSTEMD_UNIT`, a field journald sets itself and no process can, and
-//! only entries of the `myjob@*.service` units are read. The host and the unit shown are
-//! journald's own fields too, and every value is cleaned of control characters before it
-//! reaches the terminal, as the other commands' tables are.
+//! only the entries of `myjob@N.service` units are shown (those of the instances and their
+//! handlers, which run in the unit); how many others matched is said on stderr. The filter is
+//! here rather than journalctl's `--unit`, which fails when no unit of the pattern is in the
+//! journal. The host and the unit shown are journald's own fields too, and every value is
+//! cleaned of control characters before it reaches the terminal, as the other commands'
+//! tables are.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -21,8 +24,15 @@ use crate::cli::table::clean;
 use crate::config::Settings;
 use crate::error::{Error, ExitCode, OrExit};
 
-/// The units whose entries are read: the instances of the template unit.
+/// The units whose entries are shown: the instances of the template unit.
 const UNITS: &str = "myjob@*.service";
+
+/// Whether `unit` is an instance of the template unit, `myjob@N.service`.
+fn is_instance(unit: &str) -> bool {
+    unit.strip_prefix("myjob@")
+        .and_then(|rest| rest.strip_suffix(".service"))
+        .is_some_and(|instance| !instance.is_empty())
+}
 
 /// Where journald keeps its files: volatile, then persistent; one folder per machine id.
 const JOURNAL_DIRS: [&str; 2] = ["/run/log/journal", "/var/log/journal"];
@@ -47,7 +57,6 @@ pub fn run(config: &Path, id: u64) -> Result<(), Error> {
     );
     let child = Command::new("journalctl")
         .args(["--no-pager", "--output=json", "--all"])
-        .arg(format!("--unit={UNITS}"))
         .arg(format!("MYJOB_JOB_ID={id}"))
         .arg(format!("MYJOB_DATABASE={database}"))
         .stdin(Stdio::null())
@@ -68,7 +77,7 @@ pub fn run(config: &Path, id: u64) -> Result<(), Error> {
         }
     };
     // Entry by entry: a job with many attempts may have many thousands of lines.
-    let mut printed = 0u64;
+    let (mut printed, mut foreign) = (0u64, 0u64);
     let mut closed = false;
     let mut out = std::io::stdout().lock();
     if let Some(entries) = child.stdout.take() {
@@ -76,6 +85,11 @@ pub fn run(config: &Path, id: u64) -> Result<(), Error> {
             let Ok(entry) = serde_json::from_slice::<Value>(&entry) else {
                 continue;
             };
+            let unit = entry.get("_SYSTEMD_UNIT").and_then(text);
+            if !unit.as_deref().is_some_and(is_instance) {
+                foreign += 1;
+                continue;
+            }
             match writeln!(out, "{}", line(&entry)) {
                 Ok(()) => printed += 1,
                 // `myjob show 42 --log | head`: the reader has what it wanted.
@@ -93,6 +107,11 @@ pub fn run(config: &Path, id: u64) -> Result<(), Error> {
         }
     }
     let status = child.wait();
+    if foreign > 0 {
+        eprintln!(
+            "job {id}: {foreign} entries with these fields from outside {UNITS} were not shown"
+        );
+    }
     match status {
         // Killed by us: the reader had what it wanted.
         _ if closed => Ok(()),
@@ -197,6 +216,21 @@ mod tests {
             "MYJOB_INSTANCE": "1",
         });
         assert_eq!(line(&odd), "- - - debug twice over");
+    }
+
+    #[test]
+    fn only_the_instances_units_are_myjobs() {
+        assert!(is_instance("myjob@1.service") && is_instance("myjob@web.service"));
+        for other in [
+            "myjob@.service",
+            "myjob.service",
+            "session-3.scope",
+            "user@1000.service",
+            "myjob@1.service.d",
+            "xmyjob@1.service",
+        ] {
+            assert!(!is_instance(other), "{other}");
+        }
     }
 
     #[test]

@@ -855,7 +855,9 @@ impl Consumer {
             Outcome::Cancelled => metrics::Outcome::Cancelled,
         };
         let queue = self.metrics.queue(&f.queue);
-        queue.ran(f.ran_for);
+        if let Some(ran_for) = f.ran_for {
+            queue.ran(ran_for);
+        }
         self.metrics.busy.set(self.slots.len() as i64);
         let _in_job = f.span.enter();
         match &f.completion.outcome {

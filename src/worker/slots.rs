@@ -26,16 +26,28 @@ pub struct Finished {
     pub attempt: u32,
     /// The job's queue, for the metrics.
     pub queue: String,
-    /// How long its handler ran.
-    pub ran_for: std::time::Duration,
+    /// How long its handler ran; None when no handler ran (its payload was too big).
+    pub ran_for: Option<std::time::Duration>,
     pub completion: Completion,
     /// The job's span, for the lines about its outcome.
     pub span: Span,
 }
 
+/// What a slot's job runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    /// Nothing: it was refused before any handler (its payload too big to load).
+    Nothing,
+    /// A process of its own.
+    Process,
+    /// A persistent process of its queue.
+    Persistent,
+}
+
 /// What a slot remembers about its handler.
 struct Running {
     job_id: u64,
+    runs: Runs,
     batch_id: u64,
     /// The concurrency-key slot its job holds.
     slot: Option<crate::store::jobs::KeySlot>,
@@ -55,10 +67,14 @@ struct Running {
 
 /// What a slot's task hands back: its job's outcome, and for a persistent queue the process
 /// if it may take another job, and how a start went if the job needed one.
-struct Ran {
-    outcome: Outcome,
-    process: Option<Process>,
-    start: Option<Result<(), String>>,
+enum Ran {
+    /// No handler ran (see [`Runs::Nothing`]), or a process of its own.
+    Alone(Outcome),
+    Persistent {
+        outcome: Outcome,
+        process: Option<Process>,
+        start: Option<Result<(), String>>,
+    },
 }
 
 pub struct Slots {
@@ -144,6 +160,11 @@ impl Slots {
         let stop = cancel.clone();
         let q = queue.clone();
         let attempt = job.attempt;
+        let runs = match (&job.payload, q.persistent.is_some()) {
+            (Payload::TooBig(_), _) => Runs::Nothing,
+            (Payload::Loaded(_), false) => Runs::Process,
+            (Payload::Loaded(_), true) => Runs::Persistent,
+        };
         let task = match job.payload {
             Payload::TooBig(length) => {
                 let reason = format!(
@@ -151,16 +172,8 @@ impl Slots {
                     worker.max_payload_bytes
                 );
                 let outcome = retry::decide(Exit::Refused { reason }, attempt, max_attempts, &q);
-                self.tasks.spawn(
-                    async move {
-                        Ran {
-                            outcome,
-                            process: None,
-                            start: None,
-                        }
-                    }
-                    .instrument(span.clone()),
-                )
+                self.tasks
+                    .spawn(async move { Ran::Alone(outcome) }.instrument(span.clone()))
             }
             Payload::Loaded(payload) => {
                 let run = handler::Job {
@@ -176,17 +189,13 @@ impl Slots {
                 span.in_scope(|| {
                     tracing::info!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started")
                 });
-                if q.persistent.is_some() {
+                if runs == Runs::Persistent {
                     self.start_persistent(run, q, worker, stop, abort, &span)
                 } else {
                     self.tasks.spawn(
                         async move {
                             let exit = handler::run(&run, &q, kill_grace, &stop, &abort).await;
-                            Ran {
-                                outcome: retry::decide(exit, run.attempt, run.max_attempts, &q),
-                                process: None,
-                                start: None,
-                            }
+                            Ran::Alone(retry::decide(exit, run.attempt, run.max_attempts, &q))
                         }
                         .instrument(span.clone()),
                     )
@@ -197,6 +206,7 @@ impl Slots {
             task.id(),
             Running {
                 job_id: job.id,
+                runs,
                 batch_id,
                 slot: job.slot,
                 attempt,
@@ -239,7 +249,7 @@ impl Slots {
                 let served =
                     process::serve(run, q.clone(), process, not_before, kill_grace, stop, abort)
                         .await;
-                Ran {
+                Ran::Persistent {
                     outcome: retry::decide(served.exit, attempt, max_attempts, &q),
                     process: served.process,
                     start: served.start,
@@ -336,7 +346,7 @@ impl Slots {
     fn busy_processes(&self) -> usize {
         self.running
             .values()
-            .filter(|r| r.queue.persistent.is_some())
+            .filter(|r| r.runs == Runs::Persistent)
             .count()
     }
 
@@ -368,25 +378,32 @@ impl Slots {
         };
         let r = self.running.remove(&id)?;
         let outcome = match result {
-            Ok((_, ran)) => {
-                match &ran.start {
+            Ok((_, Ran::Alone(outcome))) => outcome,
+            Ok((
+                _,
+                Ran::Persistent {
+                    outcome,
+                    process,
+                    start,
+                },
+            )) => {
+                match &start {
                     Some(Ok(())) => self.pool.started(&r.queue.name),
                     Some(Err(why)) => self.pool.start_failed(&r.queue.name, why),
                     None => {}
                 }
-                match ran.process {
+                match process {
                     Some(p) if self.stopping => self.pool.close(p, ProcessExit::Shutdown),
                     Some(p) => self.pool.put(p, self.kill_grace),
-                    // A persistent job whose process started (or was taken idle) and did
-                    // not come back: it died, or was killed, with the job.
-                    None if r.queue.persistent.is_some() && !matches!(ran.start, Some(Err(_))) => {
-                        self.metrics
-                            .queue(&r.queue.name)
-                            .process_exited(ProcessExit::Job)
-                    }
+                    // A job whose process started (or was taken idle) and did not come back:
+                    // it died, or was killed, with the job.
+                    None if !matches!(start, Some(Err(_))) => self
+                        .metrics
+                        .queue(&r.queue.name)
+                        .process_exited(ProcessExit::Job),
                     None => {}
                 }
-                ran.outcome
+                outcome
             }
             // The task died (a bug); the job must still get an outcome.
             Err(e) => {
@@ -400,7 +417,7 @@ impl Slots {
         Some(Finished {
             attempt: r.attempt,
             queue: r.queue.name.clone(),
-            ran_for: r.started.elapsed(),
+            ran_for: (r.runs != Runs::Nothing).then(|| r.started.elapsed()),
             completion: Completion {
                 job_id: r.job_id,
                 batch_id: r.batch_id,

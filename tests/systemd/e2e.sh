@@ -178,6 +178,7 @@ log=$(sd /usr/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log 2>"$s
 check "myjob show --log: the forged entry is not shown" lacks FORGED <<<"$log"
 check "myjob show --log: no control character" lacks "$esc" <<<"$log"
 check "myjob show --log: says on stderr which fields it trusted" grep -q "_SYSTEMD_UNIT" "$said"
+check "myjob show --log: says on stderr that an entry from another unit was not shown" grep -q "1 entries with these fields from outside myjob@\*.service were not shown" "$said"
 rm -f "$said"
 check "journalctl MESSAGE_ID=<failed for good> finds the failed job" grep -q "job failed: attempt 1 of 1: exit status 1; stderr: e2e handler failure for job $failing" <<<"$(entries MESSAGE_ID="$FAILED_ID" | cut -f7)"
 started() { [ "$(entries MESSAGE_ID="$STARTED_ID" | cut -f1 | sort | uniq -c | awk '{print $1 $2}' | tr '\n' ' ')" = "2myjob@1.service 2myjob@2.service " ]; }

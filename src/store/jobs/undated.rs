@@ -9,7 +9,7 @@
 //! A cancelled job keeps its claim's owner until its worker has seen the handler stop, and
 //! its concurrency slot with it; then the owner and the time are cleared together. One with
 //! an owner and no time is a producer's, which would hold its key's slot for ever: found by
-//! [`sweep_cancelled`], a page at a time, and dated the same way.
+//! [`cancelled_page`], a page at a time, and dated the same way.
 
 use anyhow::Context as _;
 use mysql_async::prelude::*;
@@ -23,46 +23,39 @@ use super::in_list;
 /// back costs a write per claim, once.
 pub const AHEAD: &str = "1 MINUTE";
 
-/// Dates now at most `limit` undated claims (see the module's text), and cancelled jobs'
-/// claims dated more than [`AHEAD`] ahead (a cancelled job's claim time is cleared when its
-/// handler is seen to stop, so no time is its normal state). Returns how many it dated.
-/// The read is served by the stale index `(status, claimed_at)`: the NULL range of
+/// A claim without a time, or with one too far ahead (see the module's text).
+const UNDATED: &str = "((status = 'claimed' AND claimed_at IS NULL) \
+     OR (status IN ('claimed', 'cancelled') AND claimed_at > NOW(6) + INTERVAL 1 MINUTE))";
+/// A cancelled job's claim without a time but with an owner.
+const UNDATED_CANCEL: &str =
+    "(status = 'cancelled' AND claimed_at IS NULL AND owner_conn IS NOT NULL)";
+
+/// At most `limit` undated claims, and cancelled jobs' claims dated too far ahead (a
+/// cancelled job's claim time is cleared when its handler is seen to stop, so no time is its
+/// normal state). Served by the stale index `(status, claimed_at)`: the NULL range of
 /// `claimed` and the ranges past `NOW(6) + AHEAD`, an index dive each when they are empty,
-/// which they nearly always are; the write by the primary key, fenced by the same test.
-pub async fn date(conn: &mut Conn, limit: usize) -> anyhow::Result<u64> {
-    let odd = format!(
-        "((status = 'claimed' AND claimed_at IS NULL) \
-          OR (status IN ('claimed', 'cancelled') AND claimed_at > NOW(6) + INTERVAL {AHEAD}))"
-    );
-    let ids: Vec<u64> = conn
-        .exec(
-            format!("SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) WHERE {odd} LIMIT ?"),
-            (limit as u64,),
-        )
-        .await
-        .context("reading claims without a time")?;
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let (list, params) = in_list(&ids);
-    conn.exec_drop(
-        format!("UPDATE myjob_jobs SET claimed_at = NOW(6) WHERE id IN ({list}) AND {odd}"),
-        Params::Positional(params),
+/// which they nearly always are.
+pub async fn undated(conn: &mut Conn, limit: usize) -> anyhow::Result<Vec<u64>> {
+    conn.exec(
+        format!("SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) WHERE {UNDATED} LIMIT ?"),
+        (limit as u64,),
     )
     .await
-    .context("dating claims without a time")?;
-    Ok(conn.affected_rows())
+    .context("reading claims without a time")
 }
 
-/// The most index entries one page of [`sweep_cancelled`] reads.
+/// The most index entries one page of [`cancelled_page`] reads.
 pub const SWEEP_PAGE: u64 = 10_000;
 
 /// One page of the sweep of cancelled jobs without a claim time: the ids after `after` in
 /// that range of the stale index `(status, claimed_at)`, whose entries end with the id, at
-/// most [`SWEEP_PAGE`] of them; those with an owner are dated now. The range holds every
-/// cancelled job that has finished, so the sweep is slow and rare (see the reaper). Returns
-/// how many it dated and where the next page starts (None at the end of the range).
-pub async fn sweep_cancelled(conn: &mut Conn, after: u64) -> anyhow::Result<(u64, Option<u64>)> {
+/// most [`SWEEP_PAGE`] of them. Returns those with an owner, and where the next page starts
+/// (None at the end of the range). The range holds every cancelled job that has finished, so
+/// the sweep is slow and rare (see the reaper).
+pub async fn cancelled_page(
+    conn: &mut Conn,
+    after: u64,
+) -> anyhow::Result<(Vec<u64>, Option<u64>)> {
     let rows: Vec<(u64, bool)> = conn
         .exec(
             "SELECT id, owner_conn IS NOT NULL FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
@@ -76,19 +69,32 @@ pub async fn sweep_cancelled(conn: &mut Conn, after: u64) -> anyhow::Result<(u64
         Some((id, _)) if rows.len() as u64 >= SWEEP_PAGE => Some(*id),
         _ => None,
     };
-    let owned: Vec<u64> = rows.iter().filter(|r| r.1).map(|r| r.0).collect();
-    if owned.is_empty() {
-        return Ok((0, next));
+    Ok((rows.iter().filter(|r| r.1).map(|r| r.0).collect(), next))
+}
+
+/// Dates now the claims among `ids` that are still undated (as [`undated`] or
+/// [`cancelled_page`] found them). Returns how many changed. Served by the primary key.
+pub async fn date(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
     }
-    let (list, params) = in_list(&owned);
+    let (list, params) = in_list(ids);
     conn.exec_drop(
         format!(
-            "UPDATE myjob_jobs SET claimed_at = NOW(6) WHERE id IN ({list}) \
-             AND status = 'cancelled' AND claimed_at IS NULL AND owner_conn IS NOT NULL"
+            "UPDATE myjob_jobs SET claimed_at = NOW(6) \
+             WHERE id IN ({list}) AND ({UNDATED} OR {UNDATED_CANCEL})"
         ),
         Params::Positional(params),
     )
     .await
-    .context("dating cancelled jobs without a claim time")?;
-    Ok((conn.affected_rows(), next))
+    .context("dating claims without a time")?;
+    Ok(conn.affected_rows())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_statement_says_what_the_doc_says() {
+        assert!(super::UNDATED.contains(&format!("INTERVAL {}", super::AHEAD)));
+    }
 }
