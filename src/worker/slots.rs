@@ -72,7 +72,8 @@ enum Ran {
     Alone(Outcome),
     Persistent {
         outcome: Outcome,
-        process: Option<Process>,
+        /// Boxed: a process is large, and most jobs run without one.
+        process: Option<Box<Process>>,
         start: Option<Result<(), String>>,
     },
 }
@@ -251,7 +252,7 @@ impl Slots {
                         .await;
                 Ran::Persistent {
                     outcome: retry::decide(served.exit, attempt, max_attempts, &q),
-                    process: served.process,
+                    process: served.process.map(Box::new),
                     start: served.start,
                 }
             }
@@ -393,8 +394,8 @@ impl Slots {
                     None => {}
                 }
                 match process {
-                    Some(p) if self.stopping => self.pool.close(p, ProcessExit::Shutdown),
-                    Some(p) => self.pool.put(p, self.kill_grace),
+                    Some(p) if self.stopping => self.pool.close(*p, ProcessExit::Shutdown),
+                    Some(p) => self.pool.put(*p, self.kill_grace),
                     // A job whose process started (or was taken idle) and did not come back:
                     // it died, or was killed, with the job.
                     None if !matches!(start, Some(Err(_))) => self
