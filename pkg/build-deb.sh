@@ -3,7 +3,7 @@
 # myjob-dbgsym_<version>_<arch>.ddeb, with cargo-deb from a release build: the binary, the
 # template unit, the myjob system user (sysusers.d), /etc/myjob/myjob.toml as a conffile, the
 # man pages and bash, zsh and fish completions made by `myjob generate` from the same clap
-# definitions as --help, the README and the examples. Prints the package's path.
+# definitions as --help, the README, docs/ and the examples. Prints the package's path.
 #   pkg/build-deb.sh [cargo-deb options], e.g. --deb-revision 99 --output DIR for a test upgrade.
 # Installs cargo-deb (with cargo) the first time. Run from anywhere.
 set -euo pipefail

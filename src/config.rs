@@ -1142,6 +1142,7 @@ mod tests {
             include_str!("../config/myjob.toml"),
             include_str!("../config/local.toml"),
             include_str!("../examples/sms/myjob.toml"),
+            include_str!("../examples/flash-sale/myjob.toml"),
         ] {
             // The password file exists only where the example is installed.
             load_str(&text.replace("password_file", "# password_file")).unwrap();
@@ -1207,11 +1208,13 @@ mod tests {
         for (c, b) in [(8, 100), (64, 100), (1024, 1000)] {
             assert!(default_max_payload(c, b) * (c + b) <= PAYLOADS_HELD);
         }
-        // As the README's table gives it.
+        // As the reference file says it.
         let gib = PAYLOADS_HELD >> 30;
-        assert!(include_str!("../README.md").contains(&format!(
-            "| `worker.max_payload_bytes` | {gib} GiB ÷ (concurrency + batch_size), at most {MAX_PAYLOAD_BYTES} |"
-        )));
+        let example = include_str!("../config/myjob.toml").replace("\n# ", " ");
+        assert!(
+            example.contains(&format!("By default {gib} GiB shared among them")),
+            "config/myjob.toml should give {gib} GiB"
+        );
         let e = load_str(&format!(
             "{MINIMAL}[worker]\nmax_payload_bytes = 16777216\n"
         ))

@@ -24,6 +24,18 @@ pub enum ExitCode {
     Config = 78,
 }
 
+impl ExitCode {
+    /// Every code myjob exits with but 0, for the docs' table to be checked against.
+    pub const ALL: [ExitCode; 6] = [
+        ExitCode::Usage,
+        ExitCode::Data,
+        ExitCode::Unavailable,
+        ExitCode::Software,
+        ExitCode::TempFail,
+        ExitCode::Config,
+    ];
+}
+
 /// An error with the exit code the process should end with.
 #[derive(Debug)]
 pub struct Error {

@@ -91,7 +91,7 @@ GRANT ALL PRIVILEGES ON *.* TO 'myjob_test'@'localhost' WITH GRANT OPTION;
 GRANT ALL PRIVILEGES ON *.* TO 'myjob_test'@'127.0.0.1' WITH GRANT OPTION;
 CREATE DATABASE IF NOT EXISTS myjob_dev;
 SQL
-  say "mariadb10: up on 127.0.0.1:3306 ($(mariadb -N -e 'SELECT VERSION()'))"
+  say "mariadb10: up on 127.0.0.1:3306 ($(mariadb -N -e 'SELECT VERSION()')); test account myjob_test has every privilege"
 }
 
 # --- a test CA for mariadb11 ----------------------------------------------------------------

@@ -3,7 +3,7 @@
 //! mode with the README's GRANTs. Mid-run the primary goes (set read-only in a planned
 //! switchover, or killed), the replica is promoted and HAProxy moves. No job is stuck, none
 //! runs twice at once; a job runs again only when the switch lost what was written of it
-//! (an asynchronous replica's last commits), and the README says so.
+//! (an asynchronous replica's last commits), and docs/servers.md says so.
 //!
 //! They need the pair and haproxy, and change the pair's roles: `tests/run` runs them with
 //! `--ignored --test-threads=1`, MYJOB_TEST_SERVER the primary's url and MYJOB_TEST_REPLICA
@@ -99,7 +99,7 @@ async fn fail_over(tag: &str, how: Switch) -> Outcome {
     // Where no commit is lost, long jobs running at the switch must run once: their
     // instances re-own the claims through the new primary. (With an asynchronous replica a
     // claim lost in the switch may run again while its first run goes on, until its instance
-    // reconnects: the README says so.)
+    // reconnects: docs/servers.md says so.)
     if how != Switch::KilledAsync {
         db.insert_rows("(queue, payload, priority)", "('q', 'long', 10)", LONG)
             .await;

@@ -368,7 +368,7 @@ async fn a_key_limit_of_two_holds_across_instances() {
     assert!(most.values().all(|&n| n == 2), "{most:?}");
 }
 
-/// The flash sale of the README (examples/flash-sale): 10 products with 10 units each, 1,000
+/// The flash sale of docs/concurrency-keys.md (examples/flash-sale): 10 products with 10 units each, 1,000
 /// orders across them enqueued at once by plain SQL, 4 instances (spread over a cluster's
 /// nodes), the PHP handler selling each order with the exactly-once recipe: exactly 100 sold,
 /// 10 per product, no stock below zero, every other order sold out, and the orders of each

@@ -1,5 +1,5 @@
 //! The persistent handler helpers of examples/persistent (myjob.php, myjob.py) and the plain
-//! bash handler of the README, each run by a real worker: answers, exceptions, binary
+//! bash handler of docs/persistent-handlers.md, each run by a real worker: answers, exceptions, binary
 //! payloads, output kept off the protocol's stdout, one process for every job. Needs `php`
 //! and `python3` (tests/run installs php-cli when it is missing).
 
@@ -162,15 +162,18 @@ async fn the_python_helper_serves_jobs_under_a_real_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_readmes_plain_bash_handler_serves_jobs() {
+async fn the_docs_plain_bash_handler_serves_jobs() {
     let db = TestDb::new("helper_bash").await;
-    // The README shows examples/persistent/handler.sh whole; it must stay the file tested here.
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    // docs/persistent-handlers.md shows examples/persistent/handler.sh whole; it must stay
+    // the file tested here.
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/persistent-handlers.md"),
+    )
+    .unwrap();
     let plain = std::fs::read_to_string(examples().join("handler.sh")).unwrap();
     assert!(
-        readme.contains(&plain),
-        "the README's copy of handler.sh differs"
+        page.contains(&plain),
+        "the docs' copy of handler.sh differs"
     );
     assert!(plain.lines().count() <= 15);
     // Its `send-sms`: keeps what it read, and fails on the payload "down".

@@ -1,6 +1,6 @@
 //! The fault harness's hosts (see `common::hosts`): instances on machines of their own, one
 //! of them cut off from the network without a reset, alive (a partition) or dead (a host that
-//! lost its power). Its claims come back within the bound the README states ("A host cut
+//! lost its power). Its claims come back within the bound docs/servers.md states ("A host cut
 //! off"), and no job runs again while its first run is alive.
 //!
 //! These need root and network namespaces: `tests/run` runs them with `--ignored`.

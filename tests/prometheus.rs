@@ -1,5 +1,5 @@
 //! A real Prometheus (Debian 12's 2.42, from `tests/prometheus.sh`) scraping two instances:
-//! what it stores and answers through its HTTP API is what the README's queries read. The
+//! what it stores and answers through its HTTP API is what docs/monitoring.md's queries read. The
 //! counters of both instances add up to the jobs the table shows done, each instance's share
 //! to the runs it made; the families carry their HELP and type; the queue gauges come from
 //! one leader only, and from the other instance once the leader is killed.

@@ -1,6 +1,6 @@
 #!/usr/bin/env php
 <?php
-// The flash sale (README, "Concurrency keys"): a handler that sells one order. The web
+// The flash sale (docs/concurrency-keys.md): a handler that sells one order. The web
 // request only records the order and enqueues its job, in one transaction:
 //
 //     INSERT INTO orders (product) VALUES (42);

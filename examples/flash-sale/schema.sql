@@ -1,4 +1,4 @@
--- The shop's tables of the flash sale (README, "Concurrency keys"), beside myjob's.
+-- The shop's tables of the flash sale (docs/concurrency-keys.md), beside myjob's.
 CREATE TABLE products (
   id    INT PRIMARY KEY,
   stock INT NOT NULL

@@ -32,8 +32,11 @@ pub fn render(version: &str) -> String {
     let body = EXAMPLE.find("\n[").map_or(EXAMPLE, |at| &EXAMPLE[at + 1..]);
     for line in body.lines() {
         let line = line.trim_end();
-        if line.starts_with('[') {
-            page.control("SH", [line]);
+        if let Some(table) = table_line(line) {
+            // A commented-out table (`# [[schedule]]`) is an optional one: its keys are
+            // commented out too, and belong to it, not to the table before. The comment
+            // above a header is the section's introduction.
+            page.control("SH", [table]);
             paragraph(&mut page, &mut comment);
         } else if let Some(key) = key_line(line) {
             page.control("TP", []);
@@ -61,6 +64,17 @@ pub fn render(version: &str) -> String {
             italic("/usr/share/doc/myjob/README.md"),
         ]);
     page.render()
+}
+
+/// `[table]` or `[[table]]`, or the same commented out (`# [[schedule]]`): the header.
+fn table_line(line: &str) -> Option<&str> {
+    let header = line.strip_prefix("# ").unwrap_or(line).trim_end();
+    let name = header.trim_start_matches('[').trim_end_matches(']');
+    let ok = header.starts_with('[')
+        && header.ends_with(']')
+        && !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    ok.then_some(header)
 }
 
 /// `key = value`, or `# key = value` for an optional key: the key and its example value.
@@ -95,15 +109,46 @@ mod tests {
                 "{name} is not on the page"
             );
         }
-        for table in [
-            "[database]",
-            "[worker]",
-            "[reaper]",
-            "[retention]",
-            "[metrics]",
-            "[[queue]]",
-        ] {
-            assert!(page.contains(&format!(".SH {table}\n")), "{table}");
+    }
+
+    /// Every table of the file has its section, a commented-out one (`# [[schedule]]`, an
+    /// optional table) too, and each key sits in its own table's section: the page once
+    /// filed `[[schedule]]`'s keys under `[[queue]]`.
+    #[test]
+    fn every_table_has_its_section_and_its_keys() {
+        let page = render("0.0.0");
+        let tables: Vec<&str> = EXAMPLE.lines().filter_map(table_line).collect();
+        assert!(tables.len() >= 7, "{tables:?}");
+        assert!(tables.contains(&"[[schedule]]"), "{tables:?}");
+        // Each key's table, by the file; each key's section, by the page.
+        let mut table = "";
+        for line in EXAMPLE.lines() {
+            if let Some(t) = table_line(line) {
+                table = t;
+                continue;
+            }
+            let Some(key) = key_line(line) else { continue };
+            let name = key.split(' ').next().unwrap();
+            let at = page.find(&format!("\\fB{name} =")).unwrap();
+            let section = page[..at].rfind(".SH ").map(|s| &page[s + 4..]).unwrap();
+            let section = section.lines().next().unwrap();
+            if table.is_empty() {
+                continue;
+            }
+            assert!(
+                page.contains(&format!(".SH {table}\n")),
+                "no section {table}"
+            );
+            // A key of one name in two tables (`name`): its first place is checked.
+            if page.matches(&format!("\\fB{name} =")).count() == 1 {
+                assert_eq!(section, table, "{name} is filed under {section}");
+            }
         }
+        for t in tables {
+            assert!(page.contains(&format!(".SH {t}\n")), "{t}");
+        }
+        // schedule's name and queue, beside queue's own name.
+        let schedule = &page[page.find(".SH [[schedule]]").unwrap()..];
+        assert!(schedule.contains("\\fBname =") && schedule.contains("\\fBcron ="));
     }
 }

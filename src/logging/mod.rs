@@ -208,13 +208,25 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_message_id() {
-        let readme = include_str!("../../README.md");
+    fn the_journal_page_lists_every_message_id() {
+        let page = include_str!("../../docs/journal.md");
         for (_, id, what) in MESSAGE_IDS {
             assert!(
-                readme.contains(&format!("| `{id}` | {what} |")),
-                "README lacks the row for {id} ({what})"
+                page.contains(&format!("| `{id}` | {what} |")),
+                "docs/journal.md lacks the row for {id} ({what})"
             );
         }
+        let rows = page
+            .lines()
+            .filter(|l| l.starts_with("| `") && l.len() > 36);
+        let ids: Vec<&str> = rows
+            .filter_map(|l| l.get(3..35))
+            .filter(|id| id.bytes().all(|b| b.is_ascii_hexdigit()))
+            .collect();
+        assert_eq!(
+            ids.len(),
+            MESSAGE_IDS.len(),
+            "rows for ids the code lacks: {ids:?}"
+        );
     }
 }

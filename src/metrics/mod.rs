@@ -659,7 +659,7 @@ mod tests {
     use super::*;
 
     /// Every family has HELP, base units and `_total` where Prometheus wants them, and the
-    /// README lists exactly the families the code serves.
+    /// docs/monitoring.md lists exactly the families the code serves.
     #[test]
     fn the_readme_lists_every_family_served() {
         let settings =
@@ -680,7 +680,8 @@ mod tests {
             assert!(l.split(' ').count() > 3, "no help: {l}");
         }
         let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/monitoring.md"))
+                .unwrap();
         let mut listed: Vec<String> = readme
             .lines()
             .filter_map(|l| l.strip_prefix("| `myjob_"))
@@ -691,7 +692,7 @@ mod tests {
         listed.dedup();
         assert_eq!(
             listed, served,
-            "the README's metric table and the code differ"
+            "docs/monitoring.md's metric table and the code differ"
         );
     }
 }

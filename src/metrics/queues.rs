@@ -343,3 +343,28 @@ impl Collector for Shown {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::STATES;
+
+    /// The states the docs and the example's queries name are the ones counted.
+    #[test]
+    fn the_docs_name_the_states_counted() {
+        let listed = STATES
+            .iter()
+            .map(|s| format!("`{s}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let docs = include_str!("../../docs/monitoring.md");
+        assert!(
+            docs.contains(&format!("| gauge | leader only: jobs {listed} |")),
+            "docs/monitoring.md should list {listed}"
+        );
+        let example = include_str!("../../examples/prometheus/README.md");
+        assert!(
+            example.contains(&format!("# Queue depth by state: {}\n", STATES.join(", "))),
+            "examples/prometheus/README.md should list {STATES:?}"
+        );
+    }
+}

@@ -227,10 +227,10 @@ fn answer(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 mod tests {
     use super::*;
 
-    /// The README gives the port's bounds in words: they must be these.
+    /// docs/monitoring.md gives the port's bounds in words: they must be these.
     #[test]
-    fn the_readme_gives_the_ports_bounds() {
-        let readme = include_str!("../../README.md").replace('\n', " ");
+    fn the_docs_give_the_ports_bounds() {
+        let readme = include_str!("../../docs/monitoring.md").replace('\n', " ");
         for said in [
             format!(
                 "a connection has {} s to send each request's head",
@@ -249,7 +249,7 @@ mod tests {
             ),
             format!("with a warning at most once a {}", "minute"),
         ] {
-            assert!(readme.contains(&said), "README lacks {said:?}");
+            assert!(readme.contains(&said), "docs/monitoring.md lacks {said:?}");
         }
         assert_eq!(SAY_EVERY, Duration::from_secs(60));
     }

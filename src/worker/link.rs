@@ -319,4 +319,25 @@ mod tests {
         assert!(second > first, "{second:?} after {first:?}");
         assert!(rx.try_recv().is_err(), "no READY without a connection");
     }
+
+    /// docs/servers.md gives the formula and its figure at the defaults; it must be this.
+    #[test]
+    fn the_documented_wait_timeout_is_the_sessions() {
+        let db = DatabaseSettings::from_url("mysql://myjob@127.0.0.1:3306/test").unwrap();
+        let stale_after = Duration::from_secs(120);
+        let limit = statement_limit(&db);
+        let fence = fence_for(limit, stale_after);
+        let (l, f, s, m) = (
+            limit.as_secs(),
+            fence.as_secs(),
+            limit.max(SETUP_LIMIT).as_secs(),
+            WAIT_TIMEOUT_MARGIN.as_secs(),
+        );
+        let total = session_wait_timeout(&db, stale_after).as_secs();
+        assert_eq!(l + f + s + m, total);
+        let docs = include_str!("../../docs/servers.md").replace("\n  ", " ");
+        let said = format!("{total} s by default ({l} + {f} + {s} + {m})");
+        assert!(docs.contains(&said), "docs/servers.md should say {said:?}");
+        assert!(docs.contains("`lock_wait_timeout` plus 5 s") && STATEMENT_SLACK.as_secs() == 5);
+    }
 }

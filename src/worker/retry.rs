@@ -53,6 +53,20 @@ pub fn backoff(queue: &QueueSettings, attempt: u32) -> Duration {
     half + half.mul_f64(rand::random::<f64>())
 }
 
+/// The shortest and the longest time from a job's first failure to its last attempt's start,
+/// by [`backoff`]'s jitter: an outage shorter than the shortest is ridden out by every job.
+pub fn retry_span(queue: &QueueSettings) -> (Duration, Duration) {
+    let full = (1..queue.max_attempts).map(|attempt| {
+        let exp = (attempt - 1).min(30);
+        queue
+            .backoff
+            .saturating_mul(1u32 << exp)
+            .min(queue.backoff_max)
+    });
+    let longest: Duration = full.sum();
+    (longest / 2, longest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +113,23 @@ mod tests {
                 "{d9:?}"
             );
         }
+    }
+
+    /// The SMS example says an outage of up to an hour is ridden out: every job's retries
+    /// must outlast an hour, and the comment gives their span.
+    #[test]
+    fn the_sms_example_rides_out_an_hour() {
+        let text = include_str!("../../examples/sms/myjob.toml")
+            .replace("password_file", "# password_file");
+        let s = crate::config::from_text(&text).unwrap();
+        let (shortest, longest) = retry_span(&s.queues[0]);
+        assert!(shortest >= Duration::from_secs(3600), "{shortest:?}");
+        let said = format!(
+            "its retries span {} to {} minutes",
+            shortest.as_secs() / 60,
+            longest.as_secs() / 60
+        );
+        assert!(text.contains(&said), "the example should say {said:?}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Debian package under a real systemd (booted by boot-systemd.sh), as an admin uses it:
 # dpkg -i, the config edited, two instances started, jobs done by PHP, Python, Node, shell
-# and Perl handlers under the shipped unit and under the README's drop-ins, an upgrade that
+# and Perl handlers under the shipped unit and under docs/systemd.md's drop-ins, an upgrade that
 # restarts the instances, dpkg -r, dpkg -P. Usage: package.sh PACKAGE.deb NEWER.deb (the same
 # package with a higher version). Prints 'N passed, N failed'.
 set -uo pipefail
@@ -50,8 +50,10 @@ exposure=$(sd systemd-analyze security --no-pager myjob@1.service | sed -n 's/.*
 echo "    systemd-analyze security myjob@1.service: exposure $exposure"
 check "exposure of the shipped unit <= 2.0" awk -v e="$exposure" 'BEGIN { exit !(e != "" && e <= 2.0) }'
 check "man myjob" sd sh -c 'man myjob 2>/dev/null | grep -q "myjob-run(1)"'
+pages=$(ls "$TOP"/docs/*.md | wc -l)
+check "the README and the $pages pages of docs/ under /usr/share/doc/myjob" sd sh -c "test -f /usr/share/doc/myjob/README.md && test \$(ls /usr/share/doc/myjob/docs/*.md | wc -l) = $pages"
 check "man myjob-run" sd sh -c 'man myjob-run 2>/dev/null | grep -q -- "--instance"'
-check "man myjob.toml: every table of the config" sd sh -c 'p=$(man 5 myjob.toml 2>/dev/null); for t in "[database]" "[worker]" "[reaper]" "[retention]" "[metrics]" "[[queue]]"; do echo "$p" | grep -qxF "$t" || exit 1; done'
+check "man myjob.toml: every table of the config" sd sh -c 'p=$(man 5 myjob.toml 2>/dev/null); for t in "[database]" "[worker]" "[reaper]" "[retention]" "[metrics]" "[[queue]]" "[[schedule]]"; do echo "$p" | grep -qxF "$t" || exit 1; done'
 check "the bash completion loads and completes subcommands" \
   sd bash -c 'source /usr/share/bash-completion/bash_completion; source /usr/share/bash-completion/completions/myjob; COMP_WORDS=(myjob re); COMP_CWORD=1; COMP_LINE="myjob re"; COMP_POINT=8; _myjob myjob re myjob; printf "%s\n" "${COMPREPLY[@]}" | sort | tr "\n" " " | grep -qx "resume retry "'
 check "the fish completion completes subcommands" test "$(sd fish -c 'complete -C "myjob re"' | cut -f1 | tr '\n' ' ')" = "resume retry "
@@ -231,7 +233,7 @@ if [ ${#arch_queues[@]} -gt 0 ]; then
     grep -q 'ptrace=-1 errno=1' <<<"$(sd journalctl --since="@$T0" -u myjob@1 -u myjob@2 --no-pager -o cat)"
 fi
 
-# ---- the README's drop-ins, one at a time, on every instance
+# ---- docs/systemd.md's drop-ins, one at a time, on every instance
 dropin() {
   rm -rf "$R/etc/systemd/system/myjob@.service.d"
   if [ $# -gt 0 ]; then
