@@ -50,6 +50,8 @@ fn console_blocks(text: &str) -> Vec<Vec<Shown>> {
     let mut blocks = Vec::new();
     let mut block: Option<Vec<Shown>> = None;
     for line in text.lines() {
+        // A block inside a list item is indented.
+        let line = line.trim_start();
         match (&mut block, line) {
             (None, "```console") => block = Some(Vec::new()),
             (Some(_), "```") => blocks.push(block.take().unwrap()),
@@ -81,20 +83,36 @@ fn console_blocks(text: &str) -> Vec<Vec<Shown>> {
         .collect()
 }
 
-/// A line as compared: columns aligned by runs of spaces count as one space, and a queue's
-/// age (`42s`, `1m 5s`), which no fixture can pin, is `<age>`.
+/// A line as compared: columns aligned by runs of spaces count as one space, and what no
+/// fixture can pin is masked: a queue's age (`42s`, `1m 5s`) is `<age>`, a time (`2026-11-27
+/// 01:00:00`, `2026-11-23T07:01:02.000000Z`) `<time>`.
 fn masked(line: &str) -> String {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let mut out: Vec<String> = Vec::new();
-    for w in words {
-        let age = w.len() > 1
+    let is_age = |w: &str| {
+        w.len() > 1
             && w.ends_with(['s', 'm', 'h', 'd'])
-            && w[..w.len() - 1].bytes().all(|b| b.is_ascii_digit());
-        match (age, out.last()) {
-            (true, Some(last)) if last == "<age>" => {}
-            (true, _) => out.push("<age>".into()),
-            (false, _) => out.push(w.to_owned()),
+            && w[..w.len() - 1].bytes().all(|b| b.is_ascii_digit())
+    };
+    let shape = |w: &str, pattern: &str| {
+        w.len() >= pattern.len()
+            && w.bytes().zip(pattern.bytes()).all(|(b, p)| match p {
+                b'9' => b.is_ascii_digit(),
+                _ => b == p,
+            })
+    };
+    let mut out: Vec<String> = Vec::new();
+    for w in line.split_whitespace() {
+        let word = if is_age(w) {
+            "<age>"
+        } else if shape(w, "9999-99-99") || shape(w, "99:99:99") {
+            "<time>"
+        } else {
+            w
+        };
+        // `1m 5s` is one age, `2026-11-27 01:00:00` one time.
+        if (word == "<age>" || word == "<time>") && out.last().is_some_and(|l| l == word) {
+            continue;
         }
+        out.push(word.to_owned());
     }
     out.join(" ")
 }
@@ -104,8 +122,9 @@ async fn rows(db: &TestDb, columns: &str, values: &str, n: usize) {
     db.insert_rows(columns, values, n).await;
 }
 
-/// The rows the example of `first` implies, in `db`.
-async fn fixture(db: &TestDb, first: &[String]) {
+/// The rows the example of `first` implies, in `db`; and what the config needs beside the
+/// examples' queues.
+async fn fixture(db: &TestDb, first: &[String]) -> &'static str {
     let cols = "(queue, payload, status, run_at, finished_at)";
     match first[1..].join(" ").as_str() {
         "stats" => {
@@ -148,13 +167,29 @@ async fn fixture(db: &TestDb, first: &[String]) {
             conn.query_drop("SET time_zone = '+00:00'").await.unwrap();
             conn.query_drop(
                 "INSERT INTO myjob_jobs (id, queue, payload, status, attempts, max_attempts, \
-                     run_at, created_at, finished_at, worker, last_error) \
+                     run_at, created_at, claimed_at, finished_at, batch_id, owner_conn, \
+                     owner_server, worker, last_error) \
                  VALUES (4711, 'sms', REPEAT('x', 27), 'failed', 5, 5, '2026-11-23 07:01:02', \
-                     '2026-11-23 06:50:40', '2026-11-23 07:01:03', 'app1:812:1', \
-                     'attempt 5 of 5: exit status 1; stderr: gateway said 503')",
+                     '2026-11-23 06:50:40', '2026-11-23 07:01:02.004112', \
+                     '2026-11-23 07:01:03', 8841962517, 31337, 'db1:3306/1763900000', \
+                     'app1:812:1', 'attempt 5 of 5: exit status 1; stderr: gateway said 503')",
             )
             .await
             .unwrap();
+        }
+        "schedules" => {
+            let mut conn = db.conn().await;
+            conn.query_drop(
+                "INSERT INTO myjob_schedule_ticks (schedule, tick, job_id, definition) \
+                 VALUES ('nightly-report', NOW(6) - INTERVAL 1 HOUR, 4711, \
+                     'cron \"0 2 * * *\" in Europe/Berlin')",
+            )
+            .await
+            .unwrap();
+            return "[[schedule]]\nname = \"nightly-report\"\nqueue = \"reports\"\n\
+                    cron = \"0 2 * * *\"\ntimezone = \"Europe/Berlin\"\n\n\
+                    [[schedule]]\nname = \"sync-prices\"\nqueue = \"prices\"\n\
+                    every = \"5m\"\ncatch_up = \"none\"\n";
         }
         "cancel 4712 4713" => {
             let mut conn = db.conn().await;
@@ -207,6 +242,7 @@ async fn fixture(db: &TestDb, first: &[String]) {
         }
         other => panic!("no fixture for the docs' `myjob {other}`: add one to tests/docs.rs"),
     }
+    ""
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -215,18 +251,18 @@ async fn every_console_block_is_what_myjob_prints() {
     for (page, text) in pages() {
         for (i, block) in console_blocks(&text).into_iter().enumerate() {
             let db = TestDb::new(&format!("docs_block_{checked}")).await;
+            let extra = fixture(&db, &block[0].args).await;
             // The examples' queues, which `stats` lists whether or not they have jobs.
             let config = db.path("docs.toml");
             std::fs::write(
                 &config,
                 format!(
                     "[database]\nurl = \"{}\"\n\n[[queue]]\nname = \"email\"\ncommand = [\"/bin/true\"]\n\n\
-                     [[queue]]\nname = \"sms\"\ncommand = [\"/bin/true\"]\n",
+                     [[queue]]\nname = \"sms\"\ncommand = [\"/bin/true\"]\n\n{extra}",
                     db.url
                 ),
             )
             .unwrap();
-            fixture(&db, &block[0].args).await;
             for shown in &block {
                 let mut args = vec!["--config", config.to_str().unwrap()];
                 args.extend(shown.args[1..].iter().map(String::as_str));
@@ -251,7 +287,7 @@ async fn every_console_block_is_what_myjob_prints() {
             checked += 1;
         }
     }
-    assert!(checked >= 4, "only {checked} console blocks found");
+    assert!(checked >= 5, "only {checked} console blocks found");
 }
 
 /// The rows of a Markdown table whose first cell is a code span: the code spans.
