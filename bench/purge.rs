@@ -159,7 +159,7 @@ impl Bench {
                 .unwrap();
             inserts.push(t.elapsed().as_secs_f64() * 1000.0);
             *produced += 1;
-            if turn % 4 == 0 {
+            if turn.is_multiple_of(4) {
                 let t = Instant::now();
                 myjob::store::jobs::claim(&mut probe, *batch, "probe", 10, &who)
                     .await

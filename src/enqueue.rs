@@ -136,7 +136,15 @@ pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<u64, Error> {
             ),
         ));
     }
-    let result = jobs::enqueue(&mut conn, job).await.or_exit(ExitCode::Data);
+    // A refusal of the server (a constraint, a value, a trigger's SIGNAL) is the job's fault;
+    // anything else (a connection lost mid-insert) is the database's.
+    let result = jobs::enqueue(&mut conn, job).await.map_err(|e| {
+        let code = match crate::db::classify(&e) {
+            crate::db::Failure::Refused => ExitCode::Data,
+            _ => ExitCode::Unavailable,
+        };
+        Error::new(code, e)
+    });
     let _ = conn.disconnect().await;
     match result? {
         Enqueued::Inserted(id) | Enqueued::Replaced(id) => Ok(id),

@@ -4,8 +4,9 @@
 //! `myjob retry`), slots freed by the reaper or a cancel, and any hand-off that was missed.
 //! It reads the rows, not a counter, so a pass repairs whatever the last one left.
 //!
-//! Every instance gates the queues it serves, with their `key_limit`, once per poll, on the
-//! stager's connection: no lock picks one, because an admission is a race the slot index
+//! Every instance gates the queues it serves, with their `key_limit`, on the stager's
+//! connection: at once when its consumer's probe saw blocked jobs, and every 4 polls besides
+//! (see `stager`). No lock picks one instance, because an admission is a race the slot index
 //! referees (two gates that pick one slot change one row). When no queue has a blocked job, a
 //! pass is one statement that reads an entry per served queue.
 

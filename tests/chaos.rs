@@ -414,7 +414,7 @@ impl Fleet {
         }
     }
 
-    /// Installs the config as /etc/myjob/myjob.toml (root:myjob 0640, as the README says) and
+    /// Installs the config as /etc/myjob/myjob.toml (root:myjob 0640, as the package does) and
     /// starts the units. tests/chaos has installed the binary, the unit and the user.
     fn units(root: &Path, config: &str) -> Fleet {
         std::fs::write(root.join("etc/myjob/myjob.toml"), config).unwrap();
@@ -1156,7 +1156,7 @@ async fn judge(
         .query("SELECT job_id FROM chaos_done GROUP BY job_id HAVING COUNT(*) > 1 ORDER BY job_id")
         .await
         .unwrap();
-    let designed = |id: u64| id % FAIL_EVERY == 0;
+    let designed = |id: u64| id.is_multiple_of(FAIL_EVERY);
     let mut v = Verdict {
         jobs,
         done: 0,

@@ -195,6 +195,25 @@ async fn bad_jobs_exit_65_and_insert_nothing() {
         .await
         .unwrap();
 
+    // A job the server refuses (here a trigger's SIGNAL) is bad input too: 65, one line.
+    let mut conn = db.conn().await;
+    conn.query_drop(
+        "CREATE TRIGGER refuse BEFORE INSERT ON myjob_jobs FOR EACH ROW \
+         IF NEW.queue = 'refused' THEN \
+           SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no jobs for this queue'; \
+         END IF",
+    )
+    .await
+    .unwrap();
+    let out = myjob(&["--config", c, "enqueue", "--queue", "refused", "x"], b"");
+    assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+    assert!(
+        error_line(&out).contains("no jobs for this queue"),
+        "{}",
+        stderr(&out)
+    );
+    conn.query_drop("DROP TRIGGER refuse").await.unwrap();
+
     // `-` with an empty stdin is an empty payload, and a payload at the limit fits.
     let out = myjob(&["--config", c, "enqueue", "-"], b"");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

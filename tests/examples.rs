@@ -1,4 +1,4 @@
-//! The walkthrough's PHP handler (examples/sms/send-sms.php), run by a real worker against a
+//! The SMS example's PHP handler (examples/sms/send-sms.php, docs/migrating.md), run by a real worker against a
 //! small HTTP gateway on localhost: sent, retried on a 503 until failed, failed at once on a
 //! bad payload. Needs `php` (tests/run installs php-cli when it is missing).
 

@@ -44,6 +44,12 @@ wait_for 30 ' INFO job done '
 kill -INT -- -"$pid"
 for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && { echo "first-screen: still running 10 s after Ctrl-C"; cat "$log"; exit 1; }
+# The README says it exits 0, and nothing in a first run is worth a warning.
+rc=0; wait "$pid" || rc=$?
+[ "$rc" = 0 ] || { echo "first-screen: the worker exited $rc after Ctrl-C"; cat "$log"; exit 1; }
+if grep -E '^[0-9TZ:.-]+ +(WARN|ERROR) ' "$log"; then
+  echo "first-screen: the first screen logged a warning or an error (above)"; exit 1
+fi
 
 # The README's lines, the timestamp that starts each log line aside, in order in the log.
 strip() { sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +//'; }

@@ -62,6 +62,8 @@ pub fn render(version: &str) -> String {
             bold("myjob-check-config"),
             roman("(1), "),
             italic("/usr/share/doc/myjob/README.md"),
+            roman(", "),
+            italic("/usr/share/doc/myjob/docs/configuration.md"),
         ]);
     page.render()
 }

@@ -156,7 +156,8 @@ struct EnqueueArgs {
     /// Attempts before the job is failed (default: the queue's max_attempts).
     #[arg(long, value_name = "N")]
     max_attempts: Option<u32>,
-    /// If a pending job in this queue has this key, replace its payload and run time and print its id.
+    /// If a job of this queue waiting to run (pending, scheduled or blocked) has this key,
+    /// replace its payload and run time and print its id; exit 75 if one is running.
     #[arg(long, value_name = "KEY")]
     unique_key: Option<String>,
     /// At most the queue's key_limit jobs with this key run at once, across every instance;

@@ -339,6 +339,7 @@ pub fn readme_grants(db: &str, user: &str) -> Vec<String> {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let grants: Vec<String> = readme
         .lines()
+        .map(str::trim_start)
         .filter(|l| l.starts_with("GRANT ") && !l.contains("mysql.wsrep_cluster_members"))
         .map(|l| {
             l.replace("app.", &format!("{db}."))

@@ -12,8 +12,8 @@ count() { SQL "SELECT COUNT(*) FROM myjob_jobs WHERE $1"; }
 count_is() { [ "$(count "$1")" = "$2" ]; }
 die() { echo "FAIL: setup: $*"; echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 
-# worker_account USER PASSWORD: the least a worker needs on $DB, as the README's "Database
-# privileges" gives it, for USER@127.0.0.1 (created afresh).
+# worker_account USER PASSWORD: the least a worker needs on $DB, as the README's "Install for
+# production" gives it, for USER@127.0.0.1 (created afresh).
 worker_account() {
   mariadb <<SQL_END
 DROP USER IF EXISTS '$1'@'127.0.0.1';
