@@ -277,22 +277,6 @@ fn keyed_config(db: &TestDb, worker_extra: &str, sleep: &str, extra: &str) -> st
     )
 }
 
-/// `n` jobs of queue `keyed` by plain SQL, with `keys` keys in turn (`k0`, `k1`, …), each
-/// job's payload its key.
-async fn insert_keyed(db: &TestDb, n: usize, keys: usize) {
-    let values: Vec<String> = (0..n)
-        .map(|i| format!("('keyed', 'k{0}', 'k{0}')", i % keys))
-        .collect();
-    db.conn()
-        .await
-        .query_drop(format!(
-            "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
-            values.join(", ")
-        ))
-        .await
-        .unwrap();
-}
-
 /// Jobs of four keys, inserted by plain SQL, interleaved, beside jobs without a key, on two
 /// instances: a key's jobs run one at a time (key_limit's default, 1), in arrival order,
 /// while keys run beside each other and the jobs without a key are not held up; each job
@@ -302,7 +286,7 @@ async fn insert_keyed(db: &TestDb, n: usize, keys: usize) {
 async fn a_key_runs_one_job_at_a_time_in_order_and_keys_side_by_side() {
     let db = TestDb::new("key_limit").await;
     let config = keyed_config(&db, "concurrency = 8", "0.05", "");
-    insert_keyed(&db, 40, 4).await;
+    db.insert_keyed(40, 4).await;
     db.insert_rows("(queue, payload)", "('q', 'x')", 20).await;
     assert_eq!(db.count("status = 'blocked'").await, 40);
     let _w1 = Worker::start(&config, "1");
@@ -361,7 +345,7 @@ async fn a_key_limit_of_two_holds_across_instances() {
         edited(&config, &own, &[(&db.url, &db.node_url(i))]);
         workers.push(Worker::start(&own, &format!("n{i}")));
     }
-    insert_keyed(&db, 60, 3).await;
+    db.insert_keyed(60, 3).await;
     db.wait_count("status = 'done'", 60, 90).await;
     let (most, _) = most_at_once(&trace(&db));
     eprintln!("most at once by key {most:?}");
@@ -582,7 +566,7 @@ fn stubborn_config(db: &TestDb, kill_grace: &str) -> std::path::PathBuf {
 async fn a_cancelled_running_job_keeps_its_slot_until_its_handler_stops() {
     let db = TestDb::new("key_cancel").await;
     let config = stubborn_config(&db, "2s");
-    insert_keyed(&db, 2, 1).await;
+    db.insert_keyed(2, 1).await;
     let _w = Worker::start(&config, "1");
     db.wait_count("status = 'claimed'", 1, 30).await;
     let mut conn = db.conn().await;
@@ -636,7 +620,7 @@ async fn a_cancelled_running_job_keeps_its_slot_until_its_handler_stops() {
 async fn a_cancelled_job_whose_worker_died_frees_its_slot() {
     let db = TestDb::new("key_cancel_dead").await;
     let config = stubborn_config(&db, "5s");
-    insert_keyed(&db, 2, 1).await;
+    db.insert_keyed(2, 1).await;
     let mut first = Worker::start(&config, "1");
     db.wait_count("status = 'claimed'", 1, 30).await;
     let mut conn = db.conn().await;
@@ -658,61 +642,6 @@ async fn a_cancelled_job_whose_worker_died_frees_its_slot() {
         .unwrap()
         .flatten();
     assert_eq!(owner, None, "the dead worker's cancelled claim was cleared");
-}
-
-/// Two admissions of different jobs of one key into one slot at once, in transactions on two
-/// connections (on a cluster, through two nodes, where neither sees the other's row before
-/// its commit): one holds the slot, and the other commits nothing: on one server the unique
-/// index refuses it (1062) once the first commits; on Galera, certification refuses the
-/// second commit (1213), because the slot index is a unique key of the write set.
-#[tokio::test(flavor = "multi_thread")]
-async fn two_admissions_into_one_slot_leave_one_holder() {
-    let db = TestDb::new("slot_race").await;
-    insert_keyed(&db, 2, 1).await;
-    let mut conn = db.conn().await;
-    let ids: Vec<u64> = conn
-        .query("SELECT id FROM myjob_jobs ORDER BY id")
-        .await
-        .unwrap();
-    let connect = |i: usize| {
-        let url = db.node_url(i);
-        async move {
-            let settings = myjob::config::DatabaseSettings::from_url(&url).unwrap();
-            myjob::db::connect(&settings).await.unwrap()
-        }
-    };
-    const ADMIT: &str =
-        "UPDATE myjob_jobs SET status = 'pending', slot = 1 WHERE id = ? AND status = 'blocked'";
-    let mut a = connect(0).await;
-    let mut b = connect(1).await;
-    a.query_drop("BEGIN").await.unwrap();
-    a.exec_drop(ADMIT, (ids[0],)).await.unwrap();
-    assert_eq!(a.affected_rows(), 1);
-    // On one server, the second waits for the first's row lock on the slot entry.
-    let second = tokio::spawn(async move {
-        b.query_drop("BEGIN").await.unwrap();
-        let admitted = match b.exec_drop(ADMIT, (ids[1],)).await {
-            Ok(()) => b.query_drop("COMMIT").await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        let _ = b.query_drop("ROLLBACK").await;
-        admitted
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let first = a.query_drop("COMMIT").await.map_err(|e| e.to_string());
-    let second = second.await.unwrap();
-    eprintln!("first: {first:?}, second: {second:?}");
-    assert!(
-        first.is_ok() != second.is_ok(),
-        "exactly one admission must commit: {first:?}, {second:?}"
-    );
-    let refused = first.as_ref().err().or(second.as_ref().err()).unwrap();
-    assert!(
-        refused.contains("1062") || refused.contains("1213"),
-        "{refused}"
-    );
-    assert_eq!(db.count("slot_live = 1").await, 1);
-    assert_eq!(db.count("status = 'blocked'").await, 1);
 }
 
 /// A keyed job cancelled while it waits claimed ahead of its start (in the prefetch, behind a
@@ -770,7 +699,7 @@ async fn a_keyed_job_cancelled_in_the_prefetch_frees_its_slot() {
 async fn blocked_jobs_that_wake_the_gate_do_not_hold_up_staging() {
     let db = TestDb::new("key_wakes").await;
     let config = keyed_config(&db, "concurrency = 4", "10", "");
-    insert_keyed(&db, 2, 1).await;
+    db.insert_keyed(2, 1).await;
     let _w = Worker::start(&config, "1");
     db.wait_count("queue = 'keyed' AND status = 'claimed'", 1, 30)
         .await;

@@ -180,6 +180,10 @@ async fn the_schema_is_the_same_on_every_server() {
             "slot smallint YES",
             "slot_live smallint YES",
             "blocked_key varbinary YES",
+            // What a Galera node certifies (migration 14), INSTANT at the end.
+            "unique_queue varbinary YES",
+            "slot_queue varbinary YES",
+            "slot_key varbinary YES",
         ]
     );
     conn.query_drop("INSERT INTO myjob_jobs (queue) VALUES ('q')")

@@ -72,6 +72,16 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "schedules",
         include_str!("../../migrations/0013_schedules.sql"),
     ),
+    (
+        14,
+        "certified_keys",
+        include_str!("../../migrations/0014_certified_keys.sql"),
+    ),
+    (
+        15,
+        "certified_key_indexes",
+        include_str!("../../migrations/0015_certified_key_indexes.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

@@ -223,6 +223,22 @@ impl TestDb {
         conn.last_insert_id().unwrap()
     }
 
+    /// Inserts `n` jobs of queue `keyed` by plain SQL, with `keys` keys in turn (`k0`, `k1`,
+    /// …), each job's payload its key: blocked, as a producer's INSERT leaves them.
+    pub async fn insert_keyed(&self, n: usize, keys: usize) {
+        let values: Vec<String> = (0..n)
+            .map(|i| format!("('keyed', 'k{0}', 'k{0}')", i % keys))
+            .collect();
+        self.conn()
+            .await
+            .query_drop(format!(
+                "INSERT INTO myjob_jobs (queue, payload, concurrency_key) VALUES {}",
+                values.join(", ")
+            ))
+            .await
+            .unwrap();
+    }
+
     /// Inserts `n` copies of the row `values` into `columns`, a thousand to a statement (the
     /// same on every server: MariaDB's seq_1_to_N tables are its own).
     pub async fn insert_rows(&self, columns: &str, values: &str, n: usize) {
@@ -346,7 +362,7 @@ pub fn readme_grants(db: &str, user: &str) -> Vec<String> {
                 .replace("'myjob'@'10.0.0.%'", &format!("'{user}'@'%'"))
         })
         .collect();
-    assert_eq!(grants.len(), 7, "the README's GRANTs changed: {grants:?}");
+    assert_eq!(grants.len(), 8, "the README's GRANTs changed: {grants:?}");
     grants
 }
 

@@ -12,17 +12,16 @@ count() { SQL "SELECT COUNT(*) FROM myjob_jobs WHERE $1"; }
 count_is() { [ "$(count "$1")" = "$2" ]; }
 die() { echo "FAIL: setup: $*"; echo "$pass passed, $((fail + 1)) failed"; exit 1; }
 
-# worker_account USER PASSWORD: the least a worker needs on $DB, as the README's "Install for
-# production" gives it, for USER@127.0.0.1 (created afresh).
+# worker_account USER PASSWORD: the least a worker needs on $DB, the README's "Install for
+# production" GRANTs read from the README itself, for USER@127.0.0.1 (created afresh).
 worker_account() {
+  local grants
+  grants=$(sed -n 's/^ *\(GRANT .*;\)$/\1/p' "$HERE/../../README.md" \
+    | sed "s/ app\./ $DB./; s/'myjob'@'10.0.0.%'/'$1'@'127.0.0.1'/")
+  [ "$(grep -c '^GRANT' <<<"$grants")" -ge 8 ] || die "the README's GRANTs: $grants"
   mariadb <<SQL_END
 DROP USER IF EXISTS '$1'@'127.0.0.1';
 CREATE USER '$1'@'127.0.0.1' IDENTIFIED BY '$2';
-GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_jobs TO '$1'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_servers TO '$1'@'127.0.0.1';
-GRANT SELECT ON $DB.myjob_schema_migrations TO '$1'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE ON $DB.myjob_queues TO '$1'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE, DELETE ON $DB.myjob_schedule_ticks TO '$1'@'127.0.0.1';
-GRANT PROCESS ON *.* TO '$1'@'127.0.0.1';
+$grants
 SQL_END
 }

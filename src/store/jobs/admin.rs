@@ -394,14 +394,14 @@ async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Resul
 }
 
 /// The first of `ids` whose unique key a live job of its queue holds. Served by the unique
-/// index `(queue, unique_live)`.
+/// index `(unique_queue, unique_live)`.
 async fn unique_clash(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Option<Refused>> {
     let (list, params) = in_list(ids);
     let clash: Option<(u64, String, u64)> = conn
         .exec_first(
             format!(
                 "SELECT f.id, f.unique_key, l.id FROM myjob_jobs f \
-                 JOIN myjob_jobs l ON l.queue = f.queue AND l.unique_live = f.unique_key \
+                 JOIN myjob_jobs l ON l.unique_queue = f.queue AND l.unique_live = f.unique_key \
                  WHERE f.id IN ({list}) AND f.unique_key IS NOT NULL ORDER BY f.id LIMIT 1"
             ),
             Params::Positional(params),

@@ -1,10 +1,13 @@
-//! The statements about concurrency keys (migrations 11 and 12). A job with a
+//! The statements about concurrency keys (migrations 11, 12, 14 and 15). A job with a
 //! `concurrency_key` holds one of its key's `key_limit` slots while it is pending, claimed or a
-//! suspect, and waits `blocked` otherwise; the unique index `(queue, concurrency_key,
-//! slot_live)` lets no slot have two holders. Admission is one transition, `blocked →
-//! pending` into a free slot, made in two places: the hand-off, when a job that held a slot
-//! ends, and the gate (see `crate::gate`), for the jobs that arrive blocked and for any
-//! hand-off that was missed. Both are races the index referees: the loser changes nothing.
+//! suspect, and waits `blocked` otherwise; the unique index `(slot_queue, slot_key,
+//! slot_live)` (the queue, key and slot of a holder, all NULL in any other row) lets no slot
+//! have two holders on a server. Admission is one transition, `blocked → pending` into a free
+//! slot, made in two places: the hand-off, when a job that held a slot ends, and the gate (see
+//! `crate::gate`), for the jobs that arrive blocked and for any hand-off that was missed. Both
+//! are races the index referees: the loser changes nothing. Across the nodes of a Galera
+//! cluster the slot's row in `myjob_slots` referees, which every admission writes in its
+//! transaction (see [`ANCHOR`]).
 
 use anyhow::Context as _;
 use mysql_async::prelude::*;
@@ -33,25 +36,73 @@ pub const HAND_OFF: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_blocked) \
      WHERE queue = ? AND blocked_key = ? AND run_at <= NOW(6) \
      ORDER BY queue, blocked_key, priority DESC, id LIMIT 1";
 
-/// Admits the next blocked job of `(queue, key)` into `slot`; returns whether one moved. A
-/// slot taken meanwhile (1062, or Galera's 1213 for the same race on two nodes, or a
-/// deadlock with another admission) is a race lost to another admission, not an error:
-/// nothing changed, and false says so.
+/// The slot's row in `myjob_slots`, written by every admission in its transaction. A Galera
+/// node certifies a write by the keys of the rows it changes, and the index over `slot_live`
+/// alone does not give two admissions into one slot through two nodes a key in common (both
+/// committed, in one race of two): this row's primary key is the slot, so they always share
+/// one, and one of them fails. Its columns change at each admission (`turn` flips whatever a
+/// producer wrote into it), so the row is written even when it exists: an unchanged row would
+/// not be, and would give no key. Served by the primary key.
+pub const ANCHOR: &str = "INSERT INTO myjob_slots (queue, concurrency_key, slot) VALUES (?, ?, ?) \
+     ON DUPLICATE KEY UPDATE admitted_at = NOW(6), turn = NOT turn";
+
+/// Admits the next blocked job of `(queue, key)` into `slot`, with the slot's anchor (see
+/// [`ANCHOR`]) in the same transaction; returns whether one moved. A slot taken meanwhile
+/// (1062; Galera's 1213 for the same race on two nodes; a deadlock with another admission) is
+/// a race lost to another admission, not an error: nothing changed, and false says so. The
+/// job first, then the anchor, only once a job moved: a hand-off that finds no job writes
+/// nothing, and every admission takes the two locks in one order.
 pub async fn hand_off(conn: &mut Conn, queue: &str, key: &[u8], slot: u16) -> anyhow::Result<bool> {
     const ER_DUP_ENTRY: u16 = 1062;
-    let result = conn
-        .exec_drop(HAND_OFF, (slot, queue, key))
+    conn.query_drop("BEGIN")
+        .await
+        .with_context(|| format!("admitting a blocked job of queue {queue}"))?;
+    let result = admit(conn, queue, key, slot)
         .await
         .with_context(|| format!("admitting a blocked job of queue {queue}"));
     match result {
-        Ok(()) => Ok(conn.affected_rows() == 1),
-        Err(e) if db::server_code(&e) == Some(ER_DUP_ENTRY) => Ok(false),
-        Err(e) if db::classify(&e) == Failure::Conflict => {
-            // A deadlock rolled back the statement's transaction: autocommit, nothing else.
+        Ok(true) => {
+            let committed = conn
+                .query_drop("COMMIT")
+                .await
+                .with_context(|| format!("admitting a blocked job of queue {queue}"));
+            match committed {
+                Ok(()) => Ok(true),
+                // Galera's certification: another node's admission into the slot won.
+                Err(e) if db::classify(&e) == Failure::Conflict => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+        Ok(false) => {
+            conn.query_drop("ROLLBACK")
+                .await
+                .context("ending an admission that found no job")?;
             Ok(false)
         }
-        Err(e) => Err(e),
+        Err(e) => {
+            // A deadlock rolled the transaction back already; a duplicate leaves it open.
+            let lost =
+                db::server_code(&e) == Some(ER_DUP_ENTRY) || db::classify(&e) == Failure::Conflict;
+            if !lost {
+                return Err(e);
+            }
+            conn.query_drop("ROLLBACK")
+                .await
+                .context("ending an admission that lost its slot")?;
+            Ok(false)
+        }
     }
+}
+
+/// The two writes of an admission, in its transaction: the job, then the anchor if a job
+/// moved.
+async fn admit(conn: &mut Conn, queue: &str, key: &[u8], slot: u16) -> anyhow::Result<bool> {
+    conn.exec_drop(HAND_OFF, (slot, queue, key)).await?;
+    if conn.affected_rows() != 1 {
+        return Ok(false);
+    }
+    conn.exec_drop(ANCHOR, (queue, key, slot)).await?;
+    Ok(true)
 }
 
 /// Which of `queues` have blocked jobs: one statement, each arm the first entry of one
@@ -115,8 +166,8 @@ pub async fn blocked_keys(
 }
 
 /// The slots held now among `keys` of `queue`, as `(key, slot)`. Served by the slot index
-/// `(queue, concurrency_key, slot_live)`: the held slots of each key, past the NULL entries of
-/// its finished and waiting jobs, at most `key_limit` entries per key.
+/// `(slot_queue, slot_key, slot_live)`, which holds only the jobs that hold a slot: at most
+/// `key_limit` entries per key.
 pub async fn held_slots(
     conn: &mut Conn,
     queue: &str,
@@ -130,11 +181,30 @@ pub async fn held_slots(
     params.extend(values);
     conn.exec(
         format!(
-            "SELECT concurrency_key, slot_live FROM myjob_jobs FORCE INDEX (myjob_jobs_slot) \
-             WHERE queue = ? AND concurrency_key IN ({list}) AND slot_live IS NOT NULL"
+            "SELECT slot_key, slot_live FROM myjob_jobs FORCE INDEX (myjob_jobs_slot) \
+             WHERE slot_queue = ? AND slot_key IN ({list})"
         ),
         Params::Positional(params),
     )
     .await
     .with_context(|| format!("reading the held slots of queue {queue}"))
+}
+
+/// The most anchors one call of [`purge_anchors`] deletes.
+pub const ANCHOR_BATCH: u64 = 1000;
+
+/// Deletes up to [`ANCHOR_BATCH`] rows of `myjob_slots` not admitted into for `age`, oldest
+/// first; returns how many. Deleting the anchor of a slot held all that time is harmless:
+/// the row holds no state, and the next admission writes it again. Served by
+/// `myjob_slots_age`.
+pub async fn purge_anchors(conn: &mut Conn, age: std::time::Duration) -> anyhow::Result<u64> {
+    let micros = u64::try_from(age.as_micros()).unwrap_or(u64::MAX);
+    conn.exec_drop(
+        "DELETE FROM myjob_slots \
+         WHERE admitted_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY admitted_at LIMIT ?",
+        (micros, ANCHOR_BATCH),
+    )
+    .await
+    .context("deleting the anchors of slots not admitted into since the retention")?;
+    Ok(conn.affected_rows())
 }
