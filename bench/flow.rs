@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 
+use myjob::store::jobs::keys::Referee;
+
 use crate::harness::{drain_rate, mark, median, Bench, Handler, Workers};
 
 impl Bench {
@@ -153,11 +155,6 @@ impl Bench {
         insert_one_key(&mut conn, self.size.backlog_rows).await;
         self.insert(&mut conn, 100).await;
         conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
-        // The slots' table opened once, as in an instance that has run: a server's first
-        // open of a table reads its statistics, once.
-        conn.query_drop("DO (SELECT COUNT(*) FROM myjob_slots)")
-            .await
-            .unwrap();
         let behind = reads_of(&mut conn, async |c: &mut Conn| {
             myjob::store::jobs::claim(c, 1, "bench", 100, &who)
                 .await
@@ -165,14 +162,14 @@ impl Bench {
         })
         .await;
         let admitted = reads_of(&mut conn, async |c: &mut Conn| {
-            let ok = myjob::store::jobs::keys::hand_off(c, "bench", b"hot", 1)
+            let ok = myjob::store::jobs::keys::hand_off(c, "bench", b"hot", 1, Referee::Index)
                 .await
                 .unwrap();
             assert!(ok, "the hand-off admitted the key's first job");
         })
         .await;
         let refused = reads_of(&mut conn, async |c: &mut Conn| {
-            let ok = myjob::store::jobs::keys::hand_off(c, "bench", b"hot", 1)
+            let ok = myjob::store::jobs::keys::hand_off(c, "bench", b"hot", 1, Referee::Index)
                 .await
                 .unwrap();
             assert!(!ok, "the slot is held");

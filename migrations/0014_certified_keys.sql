@@ -12,13 +12,13 @@
 -- slot_live, so that the three parts of an index are NULL together. Added INSTANT; migration
 -- 15 builds the indexes over them.
 --
--- myjob_slots: a row per slot of a concurrency key that was ever admitted into, touched by
--- every admission in its transaction. Its primary key is the slot itself, NOT NULL, so two
+-- myjob_slots: a row per slot of a concurrency key admitted into on a Galera node, touched by
+-- each such admission in its transaction. Its primary key is the slot itself, NOT NULL, so two
 -- admissions into one slot made through two nodes always share a certification key and one
 -- of them fails, whatever the secondary indexes give. The row holds no state (the unique
 -- index over slot_live referees on each server): admitted_at and turn change at each
--- admission so that the row is written even when it exists, and rows not admitted into for
--- the retention of finished jobs are deleted with them.
+-- admission so that the row is written even when it exists, and the reaper deletes rows not
+-- admitted into for a day.
 CREATE TABLE IF NOT EXISTS myjob_slots (
   queue            VARBINARY(64)     NOT NULL,
   concurrency_key  VARBINARY(191)    NOT NULL,

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use mysql_async::Conn;
 
 use crate::config::Settings;
-use crate::store::jobs::keys;
+use crate::store::jobs::keys::{self, Referee};
 
 /// The most entries of the blocked index one read takes: a read covers this many keys with
 /// one job waiting each.
@@ -36,9 +36,17 @@ pub struct Gate {
     /// Per queue, the last key the previous pass looked at when it stopped at its bound: the
     /// next pass starts after it, so that every key gets its turn however many there are.
     resume: HashMap<String, Vec<u8>>,
+    /// What referees admissions on the server of the connection passes run on.
+    referee: Referee,
 }
 
 impl Gate {
+    /// Passes now run on a connection to a server refereed by `referee` (see
+    /// [`keys::Referee`]): a Galera node, or one server.
+    pub fn connected(&mut self, referee: Referee) {
+        self.referee = referee;
+    }
+
     /// One pass over the served queues, at most `reads` reads of the blocked index a queue;
     /// returns how many jobs it admitted.
     pub async fn pass(
@@ -84,7 +92,7 @@ impl Gate {
                 for slot in (1..=limit).filter(|s| !taken.contains(s)).take(room) {
                     // None moved: the key has no blocked job left, or another admission
                     // took the slot; either way the next pass looks again.
-                    if !keys::hand_off(conn, queue, key, slot).await? {
+                    if !keys::hand_off(conn, queue, key, slot, self.referee).await? {
                         break;
                     }
                     admitted += 1;

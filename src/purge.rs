@@ -9,7 +9,6 @@ use mysql_async::Conn;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::jobs::keys;
 use crate::store::jobs::purge::{purge_batch, Cursor};
 
 /// What a purge deleted.
@@ -65,15 +64,6 @@ pub async fn purge(
             tokio::select! {
                 _ = stop.cancelled() => return Ok(purged),
                 _ = tokio::time::sleep(pause) => {}
-            }
-        }
-    }
-    // The slots' anchors (see `keys::ANCHOR`) go with the jobs: those not admitted into for the
-    // longest of the ages. A whole purge only: they have no queue of their own to filter by.
-    if let (None, Some(age)) = (queue, ages.iter().map(|a| a.1).max()) {
-        while keys::purge_anchors(conn, age).await? == keys::ANCHOR_BATCH {
-            if deadline.is_some_and(|d| Instant::now() >= d) || stop.is_cancelled() {
-                return Ok(purged);
             }
         }
     }

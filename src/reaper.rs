@@ -46,6 +46,7 @@ use crate::error::chain;
 use crate::logging::job_span;
 use crate::metrics::{Metrics, Op};
 use crate::purge;
+use crate::store::jobs::keys;
 use crate::store::jobs::{self, Held, OldClaim, Rescued};
 use crate::store::servers;
 use crate::worker::name::WorkerName;
@@ -332,7 +333,7 @@ impl Reaper {
         )
         .await;
         if result.is_ok() {
-            result = retain(conn, &settings, shutdown).await;
+            result = retain(conn, server, &settings, shutdown).await;
         }
         if lock == NamedLock::Held {
             db::release_lock(conn, LOCK).await?;
@@ -646,9 +647,12 @@ fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32, metric
     }
 }
 
-/// Deletes finished jobs past their retention, for at most half an interval.
+/// Deletes finished jobs past their retention, for at most half an interval; on a Galera node,
+/// a batch of the slots' anchors not admitted into for a day as well (only admissions there
+/// write them).
 async fn retain(
     conn: &mut Conn,
+    server: &ServerId,
     settings: &Settings,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -665,6 +669,9 @@ async fn retain(
             complete = purged.complete,
             "reaper: deleted finished jobs past their retention"
         );
+    }
+    if keys::Referee::of(server) == keys::Referee::Certification {
+        keys::purge_anchors(conn).await.context("retention")?;
     }
     Ok(())
 }

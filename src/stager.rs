@@ -29,11 +29,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{DatabaseSettings, Settings};
-use crate::db::{self, Failure, NamedLock};
+use crate::db::{self, Failure, NamedLock, ServerId};
 use crate::error::chain;
 use crate::gate::{self, Gate, Wakes};
 use crate::metrics::{Metrics, Op};
-use crate::store::jobs;
+use crate::store::jobs::{self, keys};
 
 /// The stager lock: one stager acts at a time across all instances on the server.
 const LOCK: &str = "myjob_stager";
@@ -170,6 +170,8 @@ impl Stager {
             let poll = self.settings.borrow().worker.poll_interval;
             let wait = (poll * STANDBY_POLLS * 3).max(MIN_WAIT_TIMEOUT);
             db::set_wait_timeout(&mut conn, wait).await?;
+            let server = ServerId::of(&mut conn).await?;
+            self.gate.connected(keys::Referee::of(&server));
             self.conn = Some(conn);
             self.stages = false;
             self.standby_polls = STANDBY_POLLS;

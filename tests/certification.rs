@@ -11,6 +11,8 @@
 mod common;
 
 use common::TestDb;
+use myjob::store::jobs::admin::{self, Refused};
+use myjob::store::jobs::keys::{self, Referee};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts, Params, Value};
 use tokio::sync::Barrier;
@@ -30,6 +32,15 @@ async fn through(db: &TestDb, i: usize) -> Conn {
     conn
 }
 
+/// How many rows of `myjob_jobs` match `where_`, read on `conn` (one of [`through`]'s: on a
+/// Galera node, after the other node's commits).
+async fn count_on(conn: &mut Conn, where_: &str) -> u64 {
+    conn.query_first(format!("SELECT COUNT(*) FROM myjob_jobs WHERE {where_}"))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 /// What one side of a race ended with: committed, or the server's error.
 type Side = Result<(), String>;
 
@@ -39,6 +50,9 @@ enum Move {
     Statements(Vec<(String, Vec<Value>)>),
     /// `myjob retry` of this failed job, through the library's own transition.
     Retry(u64),
+    /// The library's admission of the next blocked job of this key of queue `keyed` into
+    /// slot 1, refereed as the server says.
+    HandOff(Vec<u8>, Referee),
 }
 
 /// When the two sides of a race commit.
@@ -97,9 +111,19 @@ async fn run(conn: &mut Conn, mv: Move) -> Side {
         Move::Retry(id) => match myjob::store::jobs::admin::retry(conn, &[id]).await {
             Ok(Ok(1)) => Ok(()),
             Ok(Ok(n)) => Err(format!("retried {n} jobs")),
-            Ok(Err(refused)) => Err(format!("1062 (refused: {refused:?})")),
+            // The key taken by the other side, as its check saw it: a loss to the other.
+            Ok(Err(refused @ Refused::UniqueKey { .. })) => Err(format!("1062 ({refused:?})")),
+            Ok(Err(refused)) => Err(format!("refused: {refused:?}")),
             Err(e) => Err(format!("{e:#}")),
         },
+        Move::HandOff(key, referee) => {
+            match keys::hand_off(conn, "keyed", &key, 1, referee).await {
+                Ok(true) => Ok(()),
+                // hand_off says a race lost to another admission (1062, 1213 or 1205) thus.
+                Ok(false) => Err("1062 (the hand-off lost its race)".to_owned()),
+                Err(e) => Err(format!("{e:#}")),
+            }
+        }
     }
 }
 
@@ -131,7 +155,7 @@ async fn race(
                 panic!("the first side of a staggered race writes statements");
             };
             let (wrote, go) = tokio::sync::oneshot::channel::<()>();
-            tokio::join!(
+            let (ra, (rb, b_done)) = tokio::join!(
                 async {
                     let written = write(a, statements).await;
                     let _ = wrote.send(());
@@ -139,13 +163,26 @@ async fn race(
                     // Time for the other side to commit, and its write set to reach this
                     // node; on one server it waits for this side's locks instead.
                     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-                    commit(a).await
+                    let committing = std::time::Instant::now();
+                    commit(a).await.map(|()| committing)
                 },
                 async {
                     let _ = go.await;
-                    run(b, b_move).await
+                    let side = run(b, b_move).await;
+                    (side, std::time::Instant::now())
                 }
-            )
+            );
+            // On a cluster the round is the race it claims only if the second side was done
+            // before the first committed; on one server it waits for the first's locks.
+            if let Ok(committing) = ra {
+                if common::nodes().len() > 1 {
+                    assert!(
+                        b_done < committing,
+                        "the second side was not done in 300 ms"
+                    );
+                }
+            }
+            (ra.map(|_| ()), rb)
         }
     }
 }
@@ -165,11 +202,11 @@ async fn round(
 }
 
 /// A lost side must have lost to the other: a duplicate (1062) on one server, a deadlock
-/// (1213, Galera's word for a failed certification) or a lock wait on a cluster.
+/// (1213, Galera's word for a failed certification) on a cluster.
 fn assert_lost_to_the_other(side: &Side, what: &str) {
     if let Err(e) = side {
         assert!(
-            e.contains("1062") || e.contains("1213") || e.contains("1205"),
+            e.contains("1062") || e.contains("1213"),
             "{what}: a side failed for another reason: {e}"
         );
     }
@@ -247,17 +284,18 @@ async fn writes_of_different_jobs_through_two_nodes_never_conflict() {
         lost.iter().take(3).collect::<Vec<_>>()
     );
     assert!(lost.is_empty(), "{} transactions lost", lost.len());
-    assert_eq!(db.count("status = 'done'").await, 2 * TRANSACTIONS as u64);
-    assert_eq!(db.count("payload = 'new'").await, 2 * TRANSACTIONS as u64);
-    assert_eq!(
-        db.count("unique_key LIKE 'w%'").await,
-        2 * TRANSACTIONS as u64
-    );
+    // Read after both writers' commits, whichever node they went through.
+    let mut check = through(&db, 0).await;
+    let all = 2 * TRANSACTIONS as u64;
+    assert_eq!(count_on(&mut check, "status = 'done'").await, all);
+    assert_eq!(count_on(&mut check, "payload = 'new'").await, all);
+    assert_eq!(count_on(&mut check, "unique_key LIKE 'w%'").await, all);
 }
 
-/// Two admissions into slot 1 of one key, of two different blocked jobs, one through each
-/// node, at the same moment, a hundred times (a fresh key each round): each round leaves one
-/// holder, and the other job blocked.
+/// Two admissions into slot 1 of one key, one through each node, at the same moment, a hundred
+/// times (a fresh key each round): the library's hand-off of the key's first blocked job on
+/// one side, the same writes of its second job on the other. Exactly one commits, and the
+/// slot has one holder.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_admissions_into_one_slot_leave_one_holder_every_time() {
     let db = TestDb::new("cert_slots").await;
@@ -265,134 +303,124 @@ async fn two_admissions_into_one_slot_leave_one_holder_every_time() {
     db.insert_keyed(2 * ROUNDS, ROUNDS).await;
     let mut a = through(&db, 0).await;
     let mut b = through(&db, 1).await;
+    let referee = Referee::of(&myjob::db::ServerId::of(&mut b).await.unwrap());
     let mut wins = [0, 0];
     for r in 0..ROUNDS {
         let key = format!("k{r}");
-        let pair: Vec<(u64, String)> = a
-            .exec(
-                "SELECT id, payload FROM myjob_jobs WHERE concurrency_key = ? ORDER BY id",
+        let second: u64 = a
+            .exec_first(
+                "SELECT MAX(id) FROM myjob_jobs WHERE concurrency_key = ?",
                 (key.as_bytes(),),
             )
             .await
+            .unwrap()
             .unwrap();
-        let _: Vec<u64> = b
-            .exec(
-                "SELECT id FROM myjob_jobs WHERE concurrency_key = ?",
-                (key.as_bytes(),),
-            )
-            .await
-            .unwrap();
-        // The writes of an admission (see keys::hand_off), of a job chosen here: the slot's
-        // anchor row, then the job.
-        let admit = |id: u64| {
-            Move::Statements(vec![
-                (
-                    myjob::store::jobs::keys::ANCHOR.to_owned(),
-                    vec!["keyed".into(), key.as_bytes().into(), 1u16.into()],
-                ),
-                (
-                    "UPDATE myjob_jobs SET status = 'pending', slot = 1 \
-                     WHERE id = ? AND status = 'blocked'"
-                        .to_owned(),
-                    vec![id.into()],
-                ),
-            ])
-        };
+        assert_eq!(
+            count_on(&mut b, &format!("concurrency_key = '{key}'")).await,
+            2
+        );
+        // What keys::hand_off writes, of a job chosen here: the job, then (on a cluster) the
+        // slot's anchor.
+        let mut statements = vec![(
+            "UPDATE myjob_jobs SET status = 'pending', slot = 1 \
+             WHERE id = ? AND status = 'blocked'"
+                .to_owned(),
+            vec![second.into()],
+        )];
+        if referee == Referee::Certification {
+            statements.push((
+                keys::ANCHOR.to_owned(),
+                vec!["keyed".into(), key.as_bytes().into(), 1u16.into()],
+            ));
+        }
         let (ra, rb) = round(
             (&mut a, &mut b),
-            (admit(pair[0].0), admit(pair[1].0)),
+            (
+                Move::Statements(statements),
+                Move::HandOff(key.clone().into_bytes(), referee),
+            ),
             r,
-            ["the first admission", "the second admission"],
+            ["the admission", "the hand-off"],
         )
         .await;
-        let holders = db
-            .count(&format!(
-                "concurrency_key = '{key}' AND status = 'pending' AND slot = 1"
-            ))
-            .await;
+        let holders = count_on(
+            &mut a,
+            &format!("concurrency_key = '{key}' AND status = 'pending' AND slot = 1"),
+        )
+        .await;
+        assert_eq!(holders, 1, "round {r}: slot 1 of {key} ({ra:?}, {rb:?})");
         assert!(
-            holders <= 1,
-            "round {r}: slot 1 of {key} has {holders} holders ({ra:?}, {rb:?})"
+            ra.is_ok() != rb.is_ok(),
+            "round {r}: exactly one admission commits ({ra:?}, {rb:?})"
         );
-        if ra.is_ok() && rb.is_ok() {
-            panic!("round {r}: both admissions committed ({holders} holder)");
-        }
-        wins[usize::from(rb.is_ok())] += usize::from(ra.is_ok() || rb.is_ok());
+        wins[usize::from(rb.is_ok())] += 1;
     }
     eprintln!(
-        "{ROUNDS} slot races: the first side won {}, the second {}",
+        "{ROUNDS} slot races: the admission won {}, the hand-off {}",
         wins[0], wins[1]
     );
 }
 
-/// Two producers insert a job with the same unique key into one queue, one through each node,
-/// at the same moment, a hundred times (a fresh key each round); and as many rounds of an
-/// operator's retry of a failed job with a key against a producer's INSERT of that key: each
-/// round leaves one live job with the key.
+/// A unique key raced through two nodes, a hundred rounds of each (a fresh key each round):
+/// two producers' INSERTs; a producer's INSERT against an operator's retry of a failed job
+/// with the key; and two retries of two failed jobs with the key. Each round leaves one live
+/// job with the key, and in the races of two inserts, exactly one committed. The held-open
+/// side of a staggered round is the retry's own statement where there is a retry.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_unique_key_raced_through_two_nodes_stays_unique_every_time() {
     let db = TestDb::new("cert_unique").await;
     let mut a = through(&db, 0).await;
     let mut b = through(&db, 1).await;
     const INSERT: &str = "INSERT INTO myjob_jobs (queue, payload, unique_key) VALUES ('q', ?, ?)";
+    let insert = |who: &str, key: &str| {
+        Move::Statements(vec![(INSERT.to_owned(), vec![who.into(), key.into()])])
+    };
+    let live = "AND status NOT IN ('done', 'failed', 'cancelled')";
     for r in 0..ROUNDS {
         let key = format!("u{r}");
-        let insert = |who: &str| {
-            Move::Statements(vec![(
-                INSERT.to_owned(),
-                vec![who.into(), key.clone().into()],
-            )])
-        };
         let (ra, rb) = round(
             (&mut a, &mut b),
-            (insert("a"), insert("b")),
+            (insert("a", &key), insert("b", &key)),
             r,
             ["the first insert", "the second insert"],
         )
         .await;
-        let live = db.count(&format!("unique_key = '{key}'")).await;
-        assert_eq!(
-            live, 1,
-            "round {r}: {live} jobs with key {key} ({ra:?}, {rb:?})"
-        );
+        let n = count_on(&mut a, &format!("unique_key = '{key}'")).await;
+        assert_eq!(n, 1, "round {r}: {n} jobs with key {key} ({ra:?}, {rb:?})");
+        assert!(ra.is_ok() != rb.is_ok(), "round {r}: {ra:?}, {rb:?}");
     }
-    for r in 0..ROUNDS {
+    // A retry's move: held open as its own statement when the round is staggered.
+    let retry = |id: u64, r: usize| match Timing::of_round(r) {
+        Timing::Together => Move::Retry(id),
+        Timing::SecondCommitsFirst => {
+            Move::Statements(vec![admin::to_pending_statement(&[id], "UPDATE")])
+        }
+    };
+    for r in 0..2 * ROUNDS {
         let key = format!("r{r}");
-        let failed = db
-            .insert_sql(&format!(
+        let failed = |n: &str| {
+            format!(
                 "INSERT INTO myjob_jobs (queue, payload, unique_key, status, finished_at) \
-                 VALUES ('q', 'old', '{key}', 'failed', NOW(6))"
-            ))
-            .await;
-        let _: Vec<u64> = a
-            .exec("SELECT id FROM myjob_jobs WHERE id = ?", (failed,))
-            .await
-            .unwrap();
-        let _: Vec<u64> = b
-            .exec("SELECT id FROM myjob_jobs WHERE id = ?", (failed,))
-            .await
-            .unwrap();
-        let insert = Move::Statements(vec![(
-            INSERT.to_owned(),
-            vec!["new".into(), key.clone().into()],
-        )]);
-        // Either side first: the producer's INSERT held open while the retry commits, or both
-        // at once.
-        let (ra, rb) = round(
-            (&mut a, &mut b),
-            (insert, Move::Retry(failed)),
-            r,
-            ["the insert", "the retry"],
-        )
-        .await;
-        let live = db
-            .count(&format!(
-                "unique_key = '{key}' AND status NOT IN ('done', 'failed', 'cancelled')"
-            ))
-            .await;
+                 VALUES ('q', '{n}', '{key}', 'failed', NOW(6))"
+            )
+        };
+        let first = db.insert_sql(&failed("old")).await;
+        let moves = if r < ROUNDS {
+            (retry(first, r), insert("new", &key))
+        } else {
+            let second = db.insert_sql(&failed("older")).await;
+            (retry(first, r), Move::Retry(second))
+        };
+        assert!(count_on(&mut b, &format!("unique_key = '{key}'")).await >= 1);
+        let (ra, rb) = round((&mut a, &mut b), moves, r, ["the retry", "the other"]).await;
+        let n = count_on(&mut a, &format!("unique_key = '{key}' {live}")).await;
         assert!(
-            live <= 1,
-            "round {r}: {live} live jobs with key {key} ({ra:?}, {rb:?})"
+            n <= 1,
+            "round {r}: {n} live jobs with key {key} ({ra:?}, {rb:?})"
+        );
+        assert!(
+            ra.is_ok() || rb.is_ok(),
+            "round {r}: neither won ({ra:?}, {rb:?})"
         );
     }
 }

@@ -129,17 +129,19 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     // the 200k or finds the slot taken; a gate's pass over the queue, with the key's one slot
     // held, reads a bounded part of the line, not the line.
     use myjob::store::jobs::keys;
-    // The slots' table opened once, as in any instance that has run: the server's first open
-    // of a table reads its statistics (a dozen entries), once.
-    let _: Option<u64> = claimer
-        .query_first("SELECT COUNT(*) FROM myjob_slots")
-        .await
-        .unwrap();
     let before = reads(&mut claimer).await;
-    assert!(keys::hand_off(&mut claimer, "q", b"hot", 1).await.unwrap());
+    assert!(
+        keys::hand_off(&mut claimer, "q", b"hot", 1, keys::Referee::Index)
+            .await
+            .unwrap()
+    );
     let handed = reads(&mut claimer).await - before - own;
     let before = reads(&mut claimer).await;
-    assert!(!keys::hand_off(&mut claimer, "q", b"hot", 1).await.unwrap());
+    assert!(
+        !keys::hand_off(&mut claimer, "q", b"hot", 1, keys::Referee::Index)
+            .await
+            .unwrap()
+    );
     let refused = reads(&mut claimer).await - before - own;
     let settings = myjob::config::Settings::load(&db.config("", "")).unwrap();
     let before = reads(&mut claimer).await;

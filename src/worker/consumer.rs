@@ -19,12 +19,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{DatabaseSettings, Settings};
-use crate::db::{self, Failure};
+use crate::db::{self, Failure, ServerId};
 use crate::error::chain;
 use crate::gate::Wakes;
 use crate::logging::job_span;
 use crate::metrics::{self, Metrics, Op};
 use crate::stats::Stats;
+use crate::store::jobs::keys::Referee;
 use crate::store::jobs::{self, Claimer, Completion, Outcome};
 use crate::store::servers;
 use crate::worker::handoff;
@@ -920,10 +921,11 @@ impl Consumer {
         }
         let settings = self.settings.borrow().clone();
         let limit = self.link.limit();
-        let Some(conn) = self.link.conn() else {
+        let Some((conn, server)) = self.link.claimer() else {
             return;
         };
-        let handed = handoff::hand_on(conn, &settings, &freed);
+        let referee = ServerId::parse(server).map_or(Referee::Index, |s| Referee::of(&s));
+        let handed = handoff::hand_on(conn, referee, &settings, &freed);
         match self.metrics.within(Op::HandOff, limit, handed).await {
             Ok(queues) => {
                 for queue in queues {

@@ -7,18 +7,21 @@
 use mysql_async::Conn;
 
 use crate::config::Settings;
-use crate::store::jobs::{keys, KeySlot};
+use crate::store::jobs::keys::{self, Referee};
+use crate::store::jobs::KeySlot;
 
 /// Hands the slots `freed` gave up on to their keys' next jobs, while a key holds fewer
 /// slots than its queue's `key_limit`: after a reload lowered it, the key drains down to it.
 /// Into the lowest free slots, as the gate admits: two admitters that race for a key's last
-/// room pick the same slot, and the unique index lets one have it. One read of the held
-/// slots per queue, then one autocommit statement per hand-off: each stands alone, so a
-/// race lost on one (a deadlock, Galera's conflict at the commit) undoes no other, and a
-/// duplicate-key check holds no lock past its statement. Returns the queues that got a
-/// pending job, which the consumer claims from at once.
+/// room pick the same slot, and the unique index (on Galera, the slot's anchor) lets one have
+/// it. One read of the held slots per queue, then one admission per hand-off, each standing
+/// alone: an autocommit statement on one server, a transaction of two on a Galera node (see
+/// [`keys::hand_off`]), so a race lost on one (a deadlock, Galera's conflict at the commit)
+/// undoes no other. Returns the queues that got a pending job, which the consumer claims
+/// from at once.
 pub async fn hand_on(
     conn: &mut Conn,
+    referee: Referee,
     settings: &Settings,
     freed: &[KeySlot],
 ) -> anyhow::Result<Vec<String>> {
@@ -48,7 +51,7 @@ pub async fn hand_on(
                 .filter(|s| !taken.contains(s))
                 .take(room.min(given))
             {
-                if !keys::hand_off(conn, queue, key, slot).await? {
+                if !keys::hand_off(conn, queue, key, slot, referee).await? {
                     break;
                 }
                 if !busy.iter().any(|q| q == queue) {

@@ -377,8 +377,18 @@ pub async fn retry(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Result<u64, R
 /// attempts, rescues and suspicion from 0, the claim's columns cleared, last_error kept. `update` is
 /// `UPDATE` or `UPDATE IGNORE`. Returns how many rows changed. Served by the primary key.
 async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Result<u64> {
+    let (sql, params) = to_pending_statement(ids, update);
+    conn.exec_drop(sql, Params::Positional(params))
+        .await
+        .context("retrying failed jobs")?;
+    Ok(conn.affected_rows())
+}
+
+/// The statement of [`to_pending`], and its parameters; public so that a test can hold it in
+/// an open transaction.
+pub fn to_pending_statement(ids: &[u64], update: &str) -> (String, Vec<Value>) {
     let (list, params) = in_list(ids);
-    conn.exec_drop(
+    (
         format!(
             "{update} myjob_jobs SET status = IF(concurrency_key IS NULL, 'pending', 'blocked'), \
                  attempts = 0, rescues = 0, suspicion = 0, \
@@ -386,11 +396,8 @@ async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Resul
                  owner_server = NULL, worker = NULL, claimed_at = NULL \
              WHERE id IN ({list}) AND status = 'failed'"
         ),
-        Params::Positional(params),
+        params,
     )
-    .await
-    .context("retrying failed jobs")?;
-    Ok(conn.affected_rows())
 }
 
 /// The first of `ids` whose unique key a live job of its queue holds. Served by the unique

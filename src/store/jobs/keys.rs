@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Value};
 
-use crate::db::{self, Failure};
+use crate::db::{self, Failure, ServerId};
 
 use super::in_list;
 
@@ -36,73 +36,94 @@ pub const HAND_OFF: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_blocked) \
      WHERE queue = ? AND blocked_key = ? AND run_at <= NOW(6) \
      ORDER BY queue, blocked_key, priority DESC, id LIMIT 1";
 
-/// The slot's row in `myjob_slots`, written by every admission in its transaction. A Galera
-/// node certifies a write by the keys of the rows it changes, and the index over `slot_live`
-/// alone does not give two admissions into one slot through two nodes a key in common (both
-/// committed, in one race of two): this row's primary key is the slot, so they always share
-/// one, and one of them fails. Its columns change at each admission (`turn` flips whatever a
-/// producer wrote into it), so the row is written even when it exists: an unchanged row would
-/// not be, and would give no key. Served by the primary key.
+/// The slot's row in `myjob_slots`, written by an admission on a Galera node in its
+/// transaction. A node certifies a write by the keys of the rows it changes, and an earlier
+/// attempt at NULL slot indexes saw two admissions into one slot through two nodes both
+/// commit: this row's primary key is the slot, so two such admissions always share a key,
+/// and one of them fails, whatever the secondary indexes give. Its columns change at each
+/// admission (`turn` flips whatever was written into it), so the row is written even when it
+/// exists: an unchanged row would not be, and would give no key. Served by the primary key.
 pub const ANCHOR: &str = "INSERT INTO myjob_slots (queue, concurrency_key, slot) VALUES (?, ?, ?) \
      ON DUPLICATE KEY UPDATE admitted_at = NOW(6), turn = NOT turn";
 
-/// Admits the next blocked job of `(queue, key)` into `slot`, with the slot's anchor (see
-/// [`ANCHOR`]) in the same transaction; returns whether one moved. A slot taken meanwhile
-/// (1062; Galera's 1213 for the same race on two nodes; a deadlock with another admission) is
-/// a race lost to another admission, not an error: nothing changed, and false says so. The
-/// job first, then the anchor, only once a job moved: a hand-off that finds no job writes
-/// nothing, and every admission takes the two locks in one order.
-pub async fn hand_off(conn: &mut Conn, queue: &str, key: &[u8], slot: u16) -> anyhow::Result<bool> {
-    const ER_DUP_ENTRY: u16 = 1062;
-    conn.query_drop("BEGIN")
-        .await
-        .with_context(|| format!("admitting a blocked job of queue {queue}"))?;
-    let result = admit(conn, queue, key, slot)
-        .await
-        .with_context(|| format!("admitting a blocked job of queue {queue}"));
-    match result {
-        Ok(true) => {
-            let committed = conn
-                .query_drop("COMMIT")
-                .await
-                .with_context(|| format!("admitting a blocked job of queue {queue}"));
-            match committed {
-                Ok(()) => Ok(true),
-                // Galera's certification: another node's admission into the slot won.
-                Err(e) if db::classify(&e) == Failure::Conflict => Ok(false),
-                Err(e) => Err(e),
-            }
-        }
-        Ok(false) => {
-            conn.query_drop("ROLLBACK")
-                .await
-                .context("ending an admission that found no job")?;
-            Ok(false)
-        }
-        Err(e) => {
-            // A deadlock rolled the transaction back already; a duplicate leaves it open.
-            let lost =
-                db::server_code(&e) == Some(ER_DUP_ENTRY) || db::classify(&e) == Failure::Conflict;
-            if !lost {
-                return Err(e);
-            }
-            conn.query_drop("ROLLBACK")
-                .await
-                .context("ending an admission that lost its slot")?;
-            Ok(false)
+/// What keeps two admissions into one slot apart, on the server a connection reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Referee {
+    /// One server: the slot index's duplicate check, within the admission's own statement.
+    #[default]
+    Index,
+    /// A Galera node: certification, which needs the slot's anchor in the admission's
+    /// transaction (see [`ANCHOR`]).
+    Certification,
+}
+
+impl Referee {
+    /// The referee of the server `server` is.
+    pub fn of(server: &ServerId) -> Referee {
+        match server.galera {
+            Some(_) => Referee::Certification,
+            None => Referee::Index,
         }
     }
 }
 
-/// The two writes of an admission, in its transaction: the job, then the anchor if a job
-/// moved.
-async fn admit(conn: &mut Conn, queue: &str, key: &[u8], slot: u16) -> anyhow::Result<bool> {
-    conn.exec_drop(HAND_OFF, (slot, queue, key)).await?;
-    if conn.affected_rows() != 1 {
-        return Ok(false);
+/// Admits the next blocked job of `(queue, key)` into `slot`; returns whether one moved. A
+/// slot taken meanwhile (1062; Galera's 1213 for the same race on two nodes; a deadlock or a
+/// lock wait with another admission) is a race lost to another admission, not an error:
+/// nothing changed, and false says so. On one server, one autocommit statement; on a Galera
+/// node, the same and then the slot's anchor, in one transaction (see [`ANCHOR`]).
+pub async fn hand_off(
+    conn: &mut Conn,
+    queue: &str,
+    key: &[u8],
+    slot: u16,
+    referee: Referee,
+) -> anyhow::Result<bool> {
+    let admitted = match referee {
+        Referee::Index => conn
+            .exec_drop(HAND_OFF, (slot, queue, key))
+            .await
+            .map(|()| conn.affected_rows() == 1)
+            .map_err(anyhow::Error::from),
+        Referee::Certification => anchored(conn, queue, key, slot).await,
+    };
+    match admitted {
+        Ok(moved) => Ok(moved),
+        Err(e) if lost_race(&e) => Ok(false),
+        Err(e) => Err(e.context(format!("admitting a blocked job of queue {queue}"))),
     }
-    conn.exec_drop(ANCHOR, (queue, key, slot)).await?;
-    Ok(true)
+}
+
+/// Whether an admission's error is a race lost to another admission.
+fn lost_race(e: &anyhow::Error) -> bool {
+    const ER_DUP_ENTRY: u16 = 1062;
+    db::server_code(e) == Some(ER_DUP_ENTRY) || db::classify(e) == Failure::Conflict
+}
+
+/// An admission on a Galera node: the job, then the anchor once a job moved (a hand-off that
+/// finds no job writes nothing, and every admission takes the two locks in one order), in
+/// one transaction. Every way out that does not commit rolls back, so the connection never
+/// goes back to its caller inside a transaction; when even the rollback fails, the error
+/// says nothing of a lost race, and the caller drops the connection.
+async fn anchored(conn: &mut Conn, queue: &str, key: &[u8], slot: u16) -> anyhow::Result<bool> {
+    conn.query_drop("BEGIN").await?;
+    let written = async {
+        conn.exec_drop(HAND_OFF, (slot, queue, key)).await?;
+        if conn.affected_rows() != 1 {
+            return Ok(false);
+        }
+        conn.exec_drop(ANCHOR, (queue, key, slot)).await?;
+        conn.query_drop("COMMIT").await?;
+        Ok::<bool, mysql_async::Error>(true)
+    }
+    .await;
+    if matches!(written, Ok(true)) {
+        return Ok(true);
+    }
+    if let Err(rollback) = conn.query_drop("ROLLBACK").await {
+        anyhow::bail!("rolling back an admission: {rollback}");
+    }
+    written.map_err(anyhow::Error::from)
 }
 
 /// Which of `queues` have blocked jobs: one statement, each arm the first entry of one
@@ -193,18 +214,24 @@ pub async fn held_slots(
 /// The most anchors one call of [`purge_anchors`] deletes.
 pub const ANCHOR_BATCH: u64 = 1000;
 
-/// Deletes up to [`ANCHOR_BATCH`] rows of `myjob_slots` not admitted into for `age`, oldest
-/// first; returns how many. Deleting the anchor of a slot held all that time is harmless:
-/// the row holds no state, and the next admission writes it again. Served by
-/// `myjob_slots_age`.
-pub async fn purge_anchors(conn: &mut Conn, age: std::time::Duration) -> anyhow::Result<u64> {
-    let micros = u64::try_from(age.as_micros()).unwrap_or(u64::MAX);
+/// How long an anchor is kept after its slot's last admission. It matters only while an
+/// admission is in flight: a day keeps it well past any, and a reaper's pass of one batch
+/// keeps up with any rate of new keys.
+pub const ANCHOR_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Deletes up to [`ANCHOR_BATCH`] rows of `myjob_slots` not admitted into for
+/// [`ANCHOR_AGE`], oldest first; returns how many. Deleting the anchor of a slot held all
+/// that time is harmless: the row holds no state, and the next admission writes it again (on
+/// Galera, one that races this delete loses, and the gate admits at its next pass). Served by
+/// `myjob_slots_age` (MySQL takes no index hint on a one-table DELETE), in an order that is total.
+pub async fn purge_anchors(conn: &mut Conn) -> anyhow::Result<u64> {
     conn.exec_drop(
         "DELETE FROM myjob_slots \
-         WHERE admitted_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY admitted_at LIMIT ?",
-        (micros, ANCHOR_BATCH),
+         WHERE admitted_at < NOW(6) - INTERVAL ? SECOND \
+         ORDER BY admitted_at, queue, concurrency_key, slot LIMIT ?",
+        (ANCHOR_AGE.as_secs(), ANCHOR_BATCH),
     )
     .await
-    .context("deleting the anchors of slots not admitted into since the retention")?;
+    .context("deleting the anchors of slots not admitted into for a day")?;
     Ok(conn.affected_rows())
 }
