@@ -6,8 +6,8 @@
 //! slot, made in two places: the hand-off, when a job that held a slot ends, and the gate (see
 //! `crate::gate`), for the jobs that arrive blocked and for any hand-off that was missed. Both
 //! are races the index referees: the loser changes nothing. Across the nodes of a Galera
-//! cluster the slot's row in `myjob_slots` referees, which every admission writes in its
-//! transaction (see [`ANCHOR`]).
+//! cluster the slot's row in `myjob_slots` referees, which each admission there writes in its
+//! transaction (see [`ANCHOR`] and [`Referee`]).
 
 use anyhow::Context as _;
 use mysql_async::prelude::*;
@@ -212,12 +212,12 @@ pub async fn held_slots(
 }
 
 /// The most anchors one call of [`purge_anchors`] deletes.
-pub const ANCHOR_BATCH: u64 = 1000;
+const ANCHOR_BATCH: u64 = 1000;
 
 /// How long an anchor is kept after its slot's last admission. It matters only while an
 /// admission is in flight: a day keeps it well past any, and a reaper's pass of one batch
 /// keeps up with any rate of new keys.
-pub const ANCHOR_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+const ANCHOR_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Deletes up to [`ANCHOR_BATCH`] rows of `myjob_slots` not admitted into for
 /// [`ANCHOR_AGE`], oldest first; returns how many. Deleting the anchor of a slot held all
