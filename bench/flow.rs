@@ -146,7 +146,7 @@ impl Bench {
         self.insert(&mut conn, 100).await;
         conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
         let clean = reads_of(&mut conn, async |c: &mut Conn| {
-            myjob::store::jobs::claim(c, 1, "bench", 100, &who)
+            myjob::store::jobs::claim(c, 1, "bench", 100, &who, myjob::store::jobs::Lane::Whole)
                 .await
                 .unwrap();
         })
@@ -156,7 +156,7 @@ impl Bench {
         self.insert(&mut conn, 100).await;
         conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
         let behind = reads_of(&mut conn, async |c: &mut Conn| {
-            myjob::store::jobs::claim(c, 1, "bench", 100, &who)
+            myjob::store::jobs::claim(c, 1, "bench", 100, &who, myjob::store::jobs::Lane::Whole)
                 .await
                 .unwrap();
         })

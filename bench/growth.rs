@@ -53,9 +53,16 @@ impl Bench {
         for batch in 1..=55u64 {
             for (conn, times) in conns.iter_mut().zip(&mut times) {
                 let t = Instant::now();
-                myjob::store::jobs::claim(conn, batch, "bench", 100, &who)
-                    .await
-                    .unwrap();
+                myjob::store::jobs::claim(
+                    conn,
+                    batch,
+                    "bench",
+                    100,
+                    &who,
+                    myjob::store::jobs::Lane::Whole,
+                )
+                .await
+                .unwrap();
                 let got = myjob::store::jobs::read_batch(
                     conn,
                     batch,

@@ -161,9 +161,16 @@ impl Bench {
             *produced += 1;
             if turn.is_multiple_of(4) {
                 let t = Instant::now();
-                myjob::store::jobs::claim(&mut probe, *batch, "probe", 10, &who)
-                    .await
-                    .unwrap();
+                myjob::store::jobs::claim(
+                    &mut probe,
+                    *batch,
+                    "probe",
+                    10,
+                    &who,
+                    myjob::store::jobs::Lane::Whole,
+                )
+                .await
+                .unwrap();
                 let got = myjob::store::jobs::read_batch(
                     &mut probe,
                     *batch,

@@ -96,9 +96,16 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
         .await
         .unwrap();
     let before = reads(&mut claimer).await;
-    let n = myjob::store::jobs::claim(&mut claimer, 7, "q", 10, &WHO)
-        .await
-        .unwrap();
+    let n = myjob::store::jobs::claim(
+        &mut claimer,
+        7,
+        "q",
+        10,
+        &WHO,
+        myjob::store::jobs::Lane::Whole,
+    )
+    .await
+    .unwrap();
     let got = myjob::store::jobs::read_batch(&mut claimer, 7, 1024)
         .await
         .unwrap();

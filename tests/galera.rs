@@ -178,6 +178,83 @@ async fn write_conflicts_between_nodes_cost_no_reconnect() {
     println!("galera: 2000 jobs on three nodes, {conflicts} conflicts tried again, no reconnect");
 }
 
+/// Four instances over the three nodes (two through the first), all on one queue: each
+/// instance says it claims from the queue (myjob_lanes), and takes first the jobs of its
+/// lane, those whose `CRC32(id) % 4` is its place among the instances. Without lanes every
+/// instance claims from the same head, and about a quarter of the jobs would fall to their
+/// lane's instance by chance.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Galera cluster: run through tests/run"]
+async fn nodes_claim_their_own_lanes_of_a_queue() {
+    const JOBS: u64 = 4000;
+    let db = TestDb::new("galera_lanes").await;
+    let config = db.config("concurrency = 8", "");
+    let workers: Vec<Worker> = [0, 1, 2, 0]
+        .iter()
+        .enumerate()
+        .map(|(n, &node)| {
+            let on_node = db.path(&format!("worker{n}.toml"));
+            edited(
+                &config,
+                &on_node,
+                &[(db.url.as_str(), db.node_url(node).as_str())],
+            );
+            Worker::start(&on_node, &(n + 1).to_string())
+        })
+        .collect();
+    // Every node stamped its lane, and every instance has read the three since.
+    let mut conn = db.conn().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lanes: Option<u64> = conn
+            .query_first("SELECT COUNT(*) FROM myjob_lanes WHERE queue = 'q'")
+            .await
+            .unwrap();
+        if lanes == Some(4) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the nodes never stamped their lanes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    db.insert_rows("(queue, payload)", "('q', 'quick')", JOBS as usize)
+        .await;
+    db.wait_count("status = 'done'", JOBS, 180).await;
+    assert_eq!(db.count("attempts <> 1").await, 0, "each job ran once");
+    let lanes: Vec<(String, String)> = conn
+        .query("SELECT server, worker FROM myjob_lanes WHERE queue = 'q' ORDER BY server, worker")
+        .await
+        .unwrap();
+    assert_eq!(lanes.len(), 4, "{lanes:?}");
+    let by_lane: Vec<(String, String, u64)> = conn
+        .query("SELECT owner_server, worker, CRC32(id) % 4 FROM myjob_jobs WHERE queue = 'q'")
+        .await
+        .unwrap();
+    let in_lane = by_lane
+        .iter()
+        .filter(|(server, worker, lane)| {
+            lanes.iter().position(|(s, w)| s == server && w == worker) == Some(*lane as usize)
+        })
+        .count();
+    let mut conflicts = 0;
+    for w in &workers {
+        for line in w.log_text().lines() {
+            if line.contains("trying again on the same connection") {
+                conflicts += 1;
+                println!("{line}");
+            }
+        }
+    }
+    println!("galera: {JOBS} jobs, 4 instances over 3 nodes: {in_lane} claimed in their lane, {conflicts} conflicts");
+    assert!(
+        in_lane as u64 >= JOBS * 8 / 10,
+        "{in_lane} of {JOBS} jobs claimed through their lane's node"
+    );
+}
+
 /// `myjob lock` on a Galera cluster, whose named locks hold on one node only, holds a lease
 /// row instead: holders on the three nodes take turns; a holder whose node dies stops its
 /// command and exits 75, and a waiter on another node gets the lock only once the lease has

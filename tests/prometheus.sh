@@ -9,8 +9,12 @@ root=/var/tmp/myjob-prometheus
 bin=$root/root/usr/bin
 case "${1:-dir}" in
   dir)
+    mkdir -p "$root"
+    # The tests run in parallel and each asks for it: one fetches, the others wait for it
+    # (two at once removed each other's files on a fresh machine).
+    exec 9>"$root/.lock"
+    flock 9
     if [ ! -x "$bin/prometheus" ] || [ ! -x "$bin/promtool" ]; then
-      mkdir -p "$root"
       cd "$root"
       rm -f prometheus_*.deb
       apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }

@@ -2,6 +2,7 @@
 //! parameters, and each statement says which index serves it.
 
 pub mod jobs;
+pub mod lanes;
 pub mod locks;
 pub mod queues;
 pub mod schedules;

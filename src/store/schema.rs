@@ -82,6 +82,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "certified_key_indexes",
         include_str!("../../migrations/0015_certified_key_indexes.sql"),
     ),
+    (16, "lanes", include_str!("../../migrations/0016_lanes.sql")),
 ];
 
 /// The schema version this binary needs.

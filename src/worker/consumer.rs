@@ -29,6 +29,7 @@ use crate::store::jobs::keys::Referee;
 use crate::store::jobs::{self, Claimer, Completion, Outcome};
 use crate::store::servers;
 use crate::worker::handoff;
+use crate::worker::lanes::Lanes;
 use crate::worker::link::{Fresh, Link};
 use crate::worker::name::WorkerName;
 use crate::worker::outbox::Outbox;
@@ -88,6 +89,8 @@ pub struct Consumer {
     /// When to stamp the heartbeat of the server this instance claims through next (see
     /// [`Consumer::stamp`]).
     next_stamp: Instant,
+    /// On a Galera node, the part of each queue's head this instance claims first.
+    lanes: Lanes,
     /// Running jobs whose claim was gone at a reconnect (see [`Consumer::adopt`]): their
     /// handlers were stopped, and their end is logged as that, not as an operator's cancel.
     lost: Vec<u64>,
@@ -130,6 +133,7 @@ impl Consumer {
             suspects: None,
             unread: Vec::new(),
             next_stamp: now,
+            lanes: Lanes::new(now),
             lost: Vec::new(),
             rate_wait: Vec::new(),
         }
@@ -158,6 +162,9 @@ impl Consumer {
             if now >= self.next_stamp && self.link.is_up() {
                 self.next_stamp = now + settings.reaper.interval;
                 self.stamp(&settings).await;
+            }
+            if self.lanes.due(now) && self.link.is_up() {
+                self.refresh_lanes(&settings).await;
             }
             if self
                 .outbox
@@ -559,9 +566,10 @@ impl Consumer {
                 let share = left.div_ceil(offered);
                 offered -= 1;
                 let queue = &self.busy[k];
+                let lane = self.lanes.of(queue);
                 let claimed = match settings.queue(queue).and_then(|q| q.rate) {
                     None => {
-                        let claim = jobs::claim(conn, batch_id, queue, share, &who);
+                        let claim = jobs::claim(conn, batch_id, queue, share, &who, lane);
                         let n = self.metrics.within(Op::Claim, limit, claim).await;
                         n.map(|claimed| rate::Limited {
                             claimed,
@@ -569,7 +577,7 @@ impl Consumer {
                         })
                     }
                     Some(rate) => {
-                        let claim = rate::claim(conn, batch_id, queue, &rate, share, &who);
+                        let claim = rate::claim(conn, batch_id, queue, &rate, share, &who, lane);
                         self.metrics.within(Op::Claim, limit, claim).await
                     }
                 };
@@ -754,6 +762,25 @@ impl Consumer {
             .await
         {
             Ok(()) => self.link.wrote(),
+            Err(e) => self.db_error(e).await,
+        }
+    }
+
+    /// Stamps and reads the lanes of the served queues that are not paused (see [`Lanes`]).
+    async fn refresh_lanes(&mut self, settings: &Settings) {
+        let limit = self.link.limit();
+        let Some((conn, server)) = self.link.claimer() else {
+            return;
+        };
+        let queues: Vec<&str> = settings
+            .queues
+            .iter()
+            .map(|q| q.name.as_str())
+            .filter(|q| !self.paused.iter().any(|p| p == q))
+            .collect();
+        let refresh = self.lanes.refresh(conn, server, &self.worker, &queues);
+        match self.metrics.within(Op::Heartbeat, limit, refresh).await {
+            Ok(()) => self.link.used(),
             Err(e) => self.db_error(e).await,
         }
     }

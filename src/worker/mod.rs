@@ -5,6 +5,7 @@ mod consumer;
 pub mod guard;
 pub mod handler;
 mod handoff;
+mod lanes;
 mod link;
 pub mod name;
 mod outbox;

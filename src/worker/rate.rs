@@ -12,7 +12,7 @@ use tracing::debug;
 use crate::config::RateLimit;
 use crate::db::{self, Failure};
 use crate::error::chain;
-use crate::store::jobs::{self, Claimer};
+use crate::store::jobs::{self, Claimer, Lane};
 use crate::store::queues;
 
 /// After a race for the budget lost to another instance: ask again this long after.
@@ -36,6 +36,7 @@ pub async fn claim(
     rate: &RateLimit,
     want: usize,
     who: &Claimer<'_>,
+    lane: Lane,
 ) -> anyhow::Result<Limited> {
     let reserved = match queues::reserve(conn, queue, rate, want).await {
         Ok(reserved) => reserved,
@@ -59,7 +60,7 @@ pub async fn claim(
             wait: Some(wait),
         });
     }
-    let n = match jobs::claim(conn, batch_id, queue, reserved.granted, who).await {
+    let n = match jobs::claim(conn, batch_id, queue, reserved.granted, who, lane).await {
         Ok(n) => n,
         Err(e) => {
             // A claim that lost a race (Galera's certification against another node's claim,

@@ -362,7 +362,7 @@ pub fn readme_grants(db: &str, user: &str) -> Vec<String> {
                 .replace("'myjob'@'10.0.0.%'", &format!("'{user}'@'%'"))
         })
         .collect();
-    assert_eq!(grants.len(), 8, "the README's GRANTs changed: {grants:?}");
+    assert_eq!(grants.len(), 9, "the README's GRANTs changed: {grants:?}");
     grants
 }
 

@@ -84,6 +84,24 @@ pub const CLAIM: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
      WHERE status = 'pending' AND queue = ? AND run_at <= NOW(6) \
      ORDER BY status, queue, priority DESC, id LIMIT ?";
 
+/// The claim of one lane's jobs (see [`Lane`]): [`CLAIM`] with the lane's jobs only.
+const CLAIM_LANE: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+     SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
+         worker = ?, claimed_at = NOW(6), attempts = LEAST(attempts + 1, 4294967295) \
+     WHERE status = 'pending' AND queue = ? AND run_at <= NOW(6) AND CRC32(id) % ? = ? \
+     ORDER BY status, queue, priority DESC, id LIMIT ?";
+
+/// Which part of a queue's head a claim takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// All of it: one server, or the only node that claims from the queue.
+    Whole,
+    /// The jobs whose `CRC32(id) % of` is `part`, first: one of `of` Galera nodes that claim
+    /// from the queue. A hash, not `id % of`: Galera's auto-increment gives the rows one node
+    /// inserts ids a cluster size apart, all in one residue.
+    Part { of: u32, part: u32 },
+}
+
 /// Claims up to `limit` due jobs of one queue with the batch_id pattern: the UPDATE stamps
 /// them, [`read_batch`] reads them back. Returns how many it claimed. One queue per statement:
 /// the claim index `(status, queue, priority DESC, id)` then walks only this queue's pending
@@ -93,20 +111,59 @@ pub const CLAIM: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
 /// the stager has not moved to `scheduled` yet. The ORDER BY names the index's whole prefix,
 /// constant as status and queue are: MariaDB's UPDATE follows the index only then, and sorts
 /// every pending row of the queue otherwise.
+///
+/// With a [`Lane::Part`], the lane's jobs first, then, when they are too few, the rest of the
+/// head under the same batch: a lane never waits while another holds jobs. The lane's claim
+/// runs at READ COMMITTED, which releases at once the locks on the rows it reads and skips
+/// (the other lanes'): on Galera, a node's applier aborts a local transaction that holds a
+/// lock on a row the write set it applies changes, written or not.
 pub async fn claim(
     conn: &mut Conn,
     batch_id: u64,
     queue: &str,
     limit: usize,
     who: &Claimer<'_>,
+    lane: Lane,
 ) -> anyhow::Result<usize> {
+    let whole = (batch_id, who.owner_server, who.worker, queue);
+    let whole = |limit: usize| {
+        let (b, s, w, q) = whole;
+        (b, s, w, q, limit as u64)
+    };
+    let Lane::Part { of, part } = lane else {
+        conn.exec_drop(CLAIM, whole(limit))
+            .await
+            .with_context(|| format!("claiming jobs of queue {queue}"))?;
+        return Ok(conn.affected_rows() as usize);
+    };
+    conn.query_drop("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .await
+        .with_context(|| format!("claiming jobs of queue {queue}"))?;
     conn.exec_drop(
-        CLAIM,
-        (batch_id, who.owner_server, who.worker, queue, limit as u64),
+        CLAIM_LANE,
+        (
+            batch_id,
+            who.owner_server,
+            who.worker,
+            queue,
+            of,
+            part,
+            limit as u64,
+        ),
     )
     .await
-    .with_context(|| format!("claiming jobs of queue {queue}"))?;
-    Ok(conn.affected_rows() as usize)
+    .with_context(|| format!("claiming jobs of queue {queue}'s lane {part} of {of}"))?;
+    let got = conn.affected_rows() as usize;
+    if got == limit {
+        return Ok(got);
+    }
+    // The lane's claim committed: what it got is claimed whatever becomes of the rest, and
+    // must be read back. So an error here is reported only when there is nothing to read.
+    match conn.exec_drop(CLAIM, whole(limit - got)).await {
+        Ok(()) => Ok(got + conn.affected_rows() as usize),
+        Err(_) if got > 0 => Ok(got),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("claiming jobs of queue {queue}"))),
+    }
 }
 
 /// The claim of one suspect into an instance's quarantine slot (see [`claim_suspect`]).
