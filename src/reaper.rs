@@ -48,7 +48,7 @@ use crate::metrics::{Metrics, Op};
 use crate::purge;
 use crate::store::jobs::keys;
 use crate::store::jobs::{self, Held, OldClaim, Rescued};
-use crate::store::{lanes, servers};
+use crate::store::servers;
 use crate::worker::name::WorkerName;
 use crate::worker::session_wait_timeout;
 
@@ -647,13 +647,9 @@ fn log_rescue(claim: &OldClaim, rescued: Rescued, reason: &str, max: u32, metric
     }
 }
 
-/// How long a lane not seen is kept (see `store::lanes::prune`): only lanes seen within
-/// seconds count, so any age well past that will do.
-const LANES_KEPT: Duration = Duration::from_secs(24 * 3600);
-
 /// Deletes finished jobs past their retention, for at most half an interval; on a Galera node,
 /// a batch of the slots' anchors not admitted into for a day as well (only admissions there
-/// write them), and of the lanes not seen for a day.
+/// write them).
 async fn retain(
     conn: &mut Conn,
     server: &ServerId,
@@ -676,7 +672,6 @@ async fn retain(
     }
     if keys::Referee::of(server) == keys::Referee::Certification {
         keys::purge_anchors(conn).await.context("retention")?;
-        lanes::prune(conn, LANES_KEPT).await.context("retention")?;
     }
     Ok(())
 }

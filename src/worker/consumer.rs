@@ -571,9 +571,10 @@ impl Consumer {
                     None => {
                         let claim = jobs::claim(conn, batch_id, queue, share, &who, lane);
                         let n = self.metrics.within(Op::Claim, limit, claim).await;
-                        n.map(|claimed| rate::Limited {
-                            claimed,
+                        n.map(|got| rate::Limited {
+                            claimed: got.jobs,
                             wait: None,
+                            dry: got.dry,
                         })
                     }
                     Some(rate) => {
@@ -583,11 +584,15 @@ impl Consumer {
                 };
                 if let Ok(got) = &claimed {
                     self.metrics.queue(queue).claimed(got.claimed > 0);
+                    if got.claimed > 0 {
+                        self.lanes.claimed(queue, got.dry);
+                    }
                 }
                 match claimed {
                     Ok(rate::Limited {
                         claimed: n,
                         wait: Some(wait),
+                        ..
                     }) => {
                         left -= n;
                         let queue = self.busy.remove(k);

@@ -5,36 +5,43 @@
 //! again (two instances on one node meet in lock waits and deadlocks instead). So each
 //! instance that claims from a queue says so in `myjob_lanes` (see [`crate::store::lanes`]),
 //! and the instances seen lately split the head between them: instance `k` of `n`, in the
-//! order of their node and name, takes first the jobs whose `CRC32(id) % n` is `k`. Only
-//! instances that claim from the queue count, so no part is left to nobody; a lane that runs
-//! dry is topped up from the whole head (see `jobs::claim`), and an instance that stops
-//! claiming drops out within [`SEEN_WITHIN`]. Two instances that see the lanes differently for
-//! a moment only meet as they would without lanes: the lanes spare conflicts, they guard
-//! nothing.
+//! order of their node and name, takes first the jobs whose `CRC32(id) % n` is `k`.
+//!
+//! Only an instance that claimed jobs of a queue since its last refresh says so: one whose
+//! slots are all busy, or whose link is down, drops out of the others' lanes within about
+//! ten seconds (its last stamp up to a [`REFRESH`] after its last claim, counted for
+//! [`SEEN_WITHIN`], read at their next refresh), and they split its part. A lane that runs dry is topped up from the whole head (see `jobs::claim`),
+//! and claims take the whole head until the next refresh. Two instances that see the lanes
+//! differently for a moment only meet as they would without lanes: the lanes spare conflicts,
+//! they guard nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use mysql_async::Conn;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::db::{self, Failure, ServerId};
 use crate::error::chain;
 use crate::store::jobs::Lane;
 use crate::store::lanes::{self, Claimer};
 
-/// How often the lanes are read again, and this node's rows stamped.
+/// How often the lanes are read again, and this instance's rows stamped.
 pub const REFRESH: Duration = Duration::from_secs(2);
-/// A node's row is written again once it is this old (see [`lanes::stamp`]).
+/// A row younger than this is not written again (see [`lanes::stamp`]): less than
+/// [`REFRESH`], so that each refresh of an instance still claiming moves its rows on.
 const STAMP_FRESH: Duration = Duration::from_secs(1);
-/// A node counts as claiming from a queue while its row is younger than this: a few
+/// An instance counts as claiming from a queue while its row is younger than this: a few
 /// refreshes, so that one late stamp does not reshuffle the lanes.
 pub const SEEN_WITHIN: Duration = Duration::from_secs(6);
+/// How often an instance deletes the lanes not seen for [`PRUNE_AGE`].
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+/// Only lanes seen within seconds count: any age well past that will do.
+const PRUNE_AGE: Duration = Duration::from_secs(24 * 3600);
 /// After the server refused the lanes' statements (the account lacks its grant on
 /// `myjob_lanes`), how long before they are tried again.
 const REFUSED_RETRY: Duration = Duration::from_secs(300);
-
 /// The server's code for a statement the account may not run on a table.
 const DENIED: u16 = 1142;
 
@@ -52,6 +59,12 @@ enum State {
 pub struct Lanes {
     state: State,
     next: Instant,
+    next_prune: Instant,
+    /// The queues claimed from since the last refresh: the ones stamped at the next.
+    claimed: HashSet<String>,
+    /// The queues whose lane ran dry since the last refresh: whole heads until the next, so
+    /// that a dry lane's claim does not read through the other lanes' backlog each time.
+    dry: HashSet<String>,
 }
 
 impl Lanes {
@@ -59,6 +72,9 @@ impl Lanes {
         Lanes {
             state: State::Whole,
             next: now,
+            next_prune: now + PRUNE_EVERY,
+            claimed: HashSet::new(),
+            dry: HashSet::new(),
         }
     }
 
@@ -67,17 +83,29 @@ impl Lanes {
         now >= self.next
     }
 
-    /// The lane `queue`'s claims take.
+    /// The lane `queue`'s next claim takes.
     pub fn of(&self, queue: &str) -> Lane {
         match &self.state {
+            State::Split(_) if self.dry.contains(queue) => Lane::Whole,
             State::Split(lanes) => lanes.get(queue).copied().unwrap_or(Lane::Whole),
             State::Whole | State::Refused => Lane::Whole,
         }
     }
 
-    /// Stamps this instance's rows for `queues` and reads each queue's lanes, when `server`
-    /// (the node this instance, `worker`, claims through) is a Galera node. A refusal for want of a grant leaves
-    /// whole heads (logged once), a lost race the lanes as they were; any other error is the
+    /// A claim from `queue` was made; `dry` when its lane had too few jobs.
+    pub fn claimed(&mut self, queue: &str, dry: bool) {
+        if !self.claimed.contains(queue) {
+            self.claimed.insert(queue.to_owned());
+        }
+        if dry && !self.dry.contains(queue) {
+            self.dry.insert(queue.to_owned());
+        }
+    }
+
+    /// Stamps this instance's rows for the queues it claimed from since the last refresh, and
+    /// reads the lanes of `queues`, when `server` (the node this instance, `worker`, claims
+    /// through) is a Galera node: two statements. A refusal for want of a grant leaves whole
+    /// heads (logged once), a lost race the lanes as they were; any other error is the
     /// caller's to handle.
     pub async fn refresh(
         &mut self,
@@ -88,44 +116,80 @@ impl Lanes {
     ) -> anyhow::Result<()> {
         let now = Instant::now();
         self.next = now + REFRESH;
-        if ServerId::parse(server).and_then(|s| s.galera).is_none() {
+        let claimed: Vec<&str> = queues
+            .iter()
+            .copied()
+            .filter(|q| self.claimed.contains(*q))
+            .collect();
+        let galera = ServerId::parse(server).and_then(|s| s.galera).is_some();
+        if !galera || queues.is_empty() {
             self.state = State::Whole;
+            self.claimed.clear();
+            self.dry.clear();
             return Ok(());
         }
         let me = Claimer {
             server: server.to_owned(),
             worker: worker.to_owned(),
         };
-        let mut split = HashMap::new();
-        for queue in queues {
-            let read = async {
-                lanes::stamp(conn, queue, &me, STAMP_FRESH).await?;
-                lanes::seen(conn, queue, SEEN_WITHIN).await
-            };
-            let seen = match read.await {
-                Ok(seen) => seen,
-                // A lost race: the lanes stand as they were.
-                Err(e) if db::classify(&e) == Failure::Conflict => return Ok(()),
-                Err(e) if db::server_code(&e) == Some(DENIED) => {
-                    if !matches!(self.state, State::Refused) {
-                        warn!("consumer: {}; claiming whole queues on this Galera node (GRANT SELECT, INSERT, UPDATE, DELETE ON the database's myjob_lanes to this account)", chain(&*e));
-                    }
-                    self.state = State::Refused;
-                    self.next = now + REFUSED_RETRY;
-                    return Ok(());
+        let read = async {
+            if !claimed.is_empty() {
+                lanes::stamp(conn, &claimed, &me, STAMP_FRESH).await?;
+            }
+            lanes::seen(conn, queues, SEEN_WITHIN).await
+        };
+        let seen = match read.await {
+            Ok(seen) => seen,
+            Err(e) if db::classify(&e) == Failure::Conflict => return Ok(()),
+            Err(e) if db::server_code(&e) == Some(DENIED) => {
+                if !matches!(self.state, State::Refused) {
+                    warn!("consumer: {}; claiming whole queues on this Galera node (GRANT SELECT, INSERT, UPDATE, DELETE ON the database's myjob_lanes to this account)", chain(&*e));
                 }
-                Err(e) => return Err(e),
-            };
-            split.insert((*queue).to_owned(), lane_of(&seen, &me));
-        }
+                self.state = State::Refused;
+                self.next = now + REFUSED_RETRY;
+                // What was claimed before the wait says nothing of what is claimed after it.
+                self.claimed.clear();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        self.claimed.clear();
+        self.dry.clear();
+        let split = queues
+            .iter()
+            .map(|q| ((*q).to_owned(), lane_of(&seen, q, &me)))
+            .collect();
         self.state = State::Split(split);
+        if now >= self.next_prune {
+            self.next_prune = now + PRUNE_EVERY;
+            self.prune(conn).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a batch of the lanes not seen for [`PRUNE_AGE`]. Housekeeping: an error the
+    /// server answered with (a lost race, a grant without DELETE, a read-only node) is said at
+    /// debug level and changes nothing, and only a broken connection is the caller's.
+    async fn prune(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
+        match lanes::prune(conn, PRUNE_AGE).await {
+            Ok(n) => debug!(lanes = n, "consumer: forgot lanes not seen for a day"),
+            Err(e) if db::server_code(&e).is_some() => {
+                debug!("consumer: {}; the old lanes stay", chain(&*e))
+            }
+            Err(e) => return Err(e),
+        }
         Ok(())
     }
 }
 
-/// The lane of `me` among the instances `seen` claiming from a queue, in order.
-fn lane_of(seen: &[Claimer], me: &Claimer) -> Lane {
-    match (seen.len(), seen.iter().position(|s| s == me)) {
+/// The lane of `me` among the instances `seen` claiming from `queue`, in order.
+fn lane_of(seen: &[lanes::Seen], queue: &str, me: &Claimer) -> Lane {
+    let of_queue: Vec<&Claimer> = seen
+        .iter()
+        .filter(|s| s.queue == queue)
+        .map(|s| &s.claimer)
+        .collect();
+    match (of_queue.len(), of_queue.iter().position(|c| *c == me)) {
         (of @ 2.., Some(part)) => Lane::Part {
             of: of as u32,
             part: part as u32,
@@ -138,26 +202,54 @@ fn lane_of(seen: &[Claimer], me: &Claimer) -> Lane {
 mod tests {
     use super::*;
 
+    fn seen(queue: &str, server: &str, worker: &str) -> lanes::Seen {
+        lanes::Seen {
+            queue: queue.into(),
+            claimer: Claimer {
+                server: server.into(),
+                worker: worker.into(),
+            },
+        }
+    }
+
     #[test]
-    fn an_instance_takes_its_place_among_those_seen() {
-        let who = |server: &str, worker: &str| Claimer {
-            server: server.into(),
-            worker: worker.into(),
-        };
-        let seen = [who("a", "1"), who("a", "2"), who("b", "1")];
+    fn an_instance_takes_its_place_among_those_seen_on_its_queue() {
+        let all = [
+            seen("q", "a", "1"),
+            seen("q", "a", "2"),
+            seen("q", "b", "1"),
+            seen("r", "a", "2"),
+        ];
+        let me = |server: &str, worker: &str| seen("", server, worker).claimer;
         assert_eq!(
-            lane_of(&seen, &who("a", "2")),
+            lane_of(&all, "q", &me("a", "2")),
             Lane::Part { of: 3, part: 1 }
         );
         assert_eq!(
-            lane_of(&seen[..1], &who("a", "1")),
+            lane_of(&all, "r", &me("a", "2")),
             Lane::Whole,
             "alone: the whole head"
         );
         assert_eq!(
-            lane_of(&seen, &who("c", "1")),
+            lane_of(&all, "q", &me("c", "1")),
             Lane::Whole,
             "not seen: the whole head"
+        );
+    }
+
+    #[test]
+    fn a_dry_lane_claims_the_whole_head_until_the_next_refresh() {
+        let mut lanes = Lanes::new(Instant::now());
+        let part = Lane::Part { of: 2, part: 1 };
+        lanes.state = State::Split([("q".to_owned(), part)].into());
+        lanes.claimed("q", false);
+        assert_eq!(lanes.of("q"), part);
+        lanes.claimed("q", true);
+        assert_eq!(lanes.of("q"), Lane::Whole);
+        assert_eq!(
+            lanes.of("other"),
+            Lane::Whole,
+            "a queue not read: the whole head"
         );
     }
 }

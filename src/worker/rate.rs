@@ -24,6 +24,8 @@ pub struct Limited {
     pub claimed: usize,
     /// The budget ran out before the queue did: ask again after this long.
     pub wait: Option<Duration>,
+    /// The claim's lane ran dry (see `jobs::Claimed`).
+    pub dry: bool,
 }
 
 /// Claims up to `want` jobs of `queue` within its rate limit, in batch `batch_id`. Every
@@ -46,6 +48,7 @@ pub async fn claim(
             return Ok(Limited {
                 claimed: 0,
                 wait: Some(LOST_RACE),
+                dry: false,
             })
         }
         Err(e) => return Err(e),
@@ -58,10 +61,11 @@ pub async fn claim(
         return Ok(Limited {
             claimed: 0,
             wait: Some(wait),
+            dry: false,
         });
     }
-    let n = match jobs::claim(conn, batch_id, queue, reserved.granted, who, lane).await {
-        Ok(n) => n,
+    let (n, dry) = match jobs::claim(conn, batch_id, queue, reserved.granted, who, lane).await {
+        Ok(got) => (got.jobs, got.dry),
         Err(e) => {
             // A claim that lost a race (Galera's certification against another node's claim,
             // a lock wait) rolled back for sure: its starts go back to the budget, or every
@@ -80,11 +84,16 @@ pub async fn claim(
         return Ok(Limited {
             claimed: n,
             wait: None,
+            dry,
         });
     }
     // As many as the budget allowed, fewer than wanted: it is spent.
     let wait = (n < want).then(|| micros(reserved.wait_us));
-    Ok(Limited { claimed: n, wait })
+    Ok(Limited {
+        claimed: n,
+        wait,
+        dry,
+    })
 }
 
 /// Gives back `unused` starts of `reserved` (see [`queues::refund`]), once more if that

@@ -112,11 +112,11 @@ pub enum Lane {
 /// constant as status and queue are: MariaDB's UPDATE follows the index only then, and sorts
 /// every pending row of the queue otherwise.
 ///
-/// With a [`Lane::Part`], the lane's jobs first, then, when they are too few, the rest of the
-/// head under the same batch: a lane never waits while another holds jobs. The lane's claim
-/// runs at READ COMMITTED, which releases at once the locks on the rows it reads and skips
-/// (the other lanes'): on Galera, a node's applier aborts a local transaction that holds a
-/// lock on a row the write set it applies changes, written or not.
+/// With a [`Lane::Part`], the lane's jobs first, then, when they are too few, the rest from
+/// the whole head under the same batch (and the claim says the lane ran dry). myjob's sessions
+/// run at READ COMMITTED (see `db::session_setup`), which releases at once the lock on each
+/// row a lane's claim reads and skips (another lane's): on Galera, a node's applier aborts a
+/// local transaction that holds a lock on a row the write set it applies changes.
 pub async fn claim(
     conn: &mut Conn,
     batch_id: u64,
@@ -124,7 +124,7 @@ pub async fn claim(
     limit: usize,
     who: &Claimer<'_>,
     lane: Lane,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<Claimed> {
     let whole = (batch_id, who.owner_server, who.worker, queue);
     let whole = |limit: usize| {
         let (b, s, w, q) = whole;
@@ -134,11 +134,11 @@ pub async fn claim(
         conn.exec_drop(CLAIM, whole(limit))
             .await
             .with_context(|| format!("claiming jobs of queue {queue}"))?;
-        return Ok(conn.affected_rows() as usize);
+        return Ok(Claimed {
+            jobs: conn.affected_rows() as usize,
+            dry: false,
+        });
     };
-    conn.query_drop("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .await
-        .with_context(|| format!("claiming jobs of queue {queue}"))?;
     conn.exec_drop(
         CLAIM_LANE,
         (
@@ -155,15 +155,38 @@ pub async fn claim(
     .with_context(|| format!("claiming jobs of queue {queue}'s lane {part} of {of}"))?;
     let got = conn.affected_rows() as usize;
     if got == limit {
-        return Ok(got);
+        return Ok(Claimed {
+            jobs: got,
+            dry: false,
+        });
     }
     // The lane's claim committed: what it got is claimed whatever becomes of the rest, and
-    // must be read back. So an error here is reported only when there is nothing to read.
+    // must be read back. So an error here is the claim's only when there is nothing to read.
     match conn.exec_drop(CLAIM, whole(limit - got)).await {
-        Ok(()) => Ok(got + conn.affected_rows() as usize),
-        Err(_) if got > 0 => Ok(got),
+        Ok(()) => Ok(Claimed {
+            jobs: got + conn.affected_rows() as usize,
+            dry: true,
+        }),
+        Err(e) if got > 0 => {
+            tracing::warn!(
+                "consumer: claiming the rest of queue {queue}'s head: {}; its lane's {got} jobs are claimed",
+                crate::db::describe(&e)
+            );
+            Ok(Claimed {
+                jobs: got,
+                dry: true,
+            })
+        }
         Err(e) => Err(anyhow::Error::new(e).context(format!("claiming jobs of queue {queue}"))),
     }
+}
+
+/// What one [`claim`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claimed {
+    pub jobs: usize,
+    /// Its lane had too few jobs, and the rest came from the whole head.
+    pub dry: bool,
 }
 
 /// The claim of one suspect into an instance's quarantine slot (see [`claim_suspect`]).
