@@ -414,3 +414,50 @@ async fn a_suspect_runs_one_at_a_time_and_stays_one_until_it_ends() {
     assert_eq!(db.count("status = 'pending' AND suspicion = 0").await, 2);
     assert_eq!(db.count("rescues > 0").await, 0);
 }
+
+/// One statement writes the `done` outcomes of several batches, each row fenced by its own
+/// batch: batch ids are random 64-bit numbers, and two that differ in their last bit only,
+/// above 2^63, are told apart (compared as doubles they would be equal). An outcome under
+/// the wrong batch matches nothing, beside one that is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_write_of_several_batches_fences_each_job_by_its_own() {
+    use myjob::store::jobs::{write_outcomes, Completion, Outcome};
+    let db = TestDb::new("claim_done_fence").await;
+    let high: u64 = 0xFFFF_FFFF_FFFF_F000;
+    let mut conn = db.conn().await;
+    let mut ids = Vec::new();
+    for batch in [high, high + 2, 7] {
+        conn.exec_drop(
+            "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id) \
+             VALUES ('q', 'x', 'claimed', 1, ?)",
+            (batch,),
+        )
+        .await
+        .unwrap();
+        ids.push(conn.last_insert_id().unwrap());
+    }
+    let done = |job_id: u64, batch_id: u64| Completion {
+        job_id,
+        batch_id,
+        outcome: Outcome::Done,
+        slot: None,
+    };
+    // The first job's outcome comes under a batch one bit away from its own.
+    let unwritten = write_outcomes(
+        &mut conn,
+        &[
+            done(ids[0], high + 1),
+            done(ids[1], high + 2),
+            done(ids[2], 7),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(unwritten.lost, vec![(ids[0], high + 1)], "{unwritten:?}");
+    let rows: Vec<(u64, String)> = conn
+        .query("SELECT id, CAST(status AS CHAR) FROM myjob_jobs ORDER BY id")
+        .await
+        .unwrap();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(statuses, ["claimed", "done", "done"]);
+}

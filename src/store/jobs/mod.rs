@@ -524,13 +524,16 @@ const CANCEL_SEEN: &str = "UPDATE myjob_jobs SET owner_conn = NULL, owner_server
          claimed_at = NULL, slot = NULL \
      WHERE id = ? AND batch_id = ? AND status = 'cancelled'";
 
+/// The most `done` outcomes one statement writes (see [`write_outcomes`]).
+const DONE_CHUNK: usize = 4096;
+
 /// One fenced UPDATE about finished jobs.
 struct Statement {
     sql: String,
     params: Vec<Value>,
-    ids: Vec<u64>,
-    /// The batch that fences it, so that a short count can be traced to its jobs.
-    batch_id: u64,
+    /// The claims it writes about, `(job id, batch_id)`, so that a short count can be traced
+    /// to its jobs.
+    claims: Vec<(u64, u64)>,
 }
 
 /// The outcomes [`write_outcomes`] did not write, because their job was no longer claimed
@@ -545,24 +548,21 @@ pub struct Unwritten {
     pub finished: Vec<u64>,
 }
 
-/// Writes a set of outcomes: one statement per batch for `done` (the common case), one per job
-/// for the rest (retries and failures carry their own error text; releases happen only at a
-/// shutdown); in one transaction when there is more than one statement. Returns the jobs
-/// whose write matched no row, and why.
+/// Writes a set of outcomes: one statement for every `done` (the common case), whatever
+/// batches they came from, one per job for the rest (retries and failures carry their own
+/// error text; releases happen only at a shutdown); in one transaction when there is more
+/// than one statement. Returns the jobs whose write matched no row, and why.
 pub async fn write_outcomes(
     conn: &mut Conn,
     completions: &[Completion],
 ) -> anyhow::Result<Unwritten> {
     let mut statements: Vec<Statement> = Vec::new();
-    let mut done: Vec<(u64, Vec<u64>)> = Vec::new();
+    let mut done: Vec<(u64, u64)> = Vec::new();
     for c in completions {
         let (sql, params): (&str, Vec<Value>) = match &c.outcome {
             Outcome::Cancelled => (CANCEL_SEEN, Vec::new()),
             Outcome::Done => {
-                match done.iter_mut().find(|g| g.0 == c.batch_id) {
-                    Some(g) => g.1.push(c.job_id),
-                    None => done.push((c.batch_id, vec![c.job_id])),
-                }
+                done.push((c.job_id, c.batch_id));
                 continue;
             }
             // Scheduled, out of the claim's range until the stager finds it due. A job that
@@ -596,22 +596,24 @@ pub async fn write_outcomes(
         statements.push(Statement {
             sql: sql.to_owned(),
             params,
-            ids: vec![c.job_id],
-            batch_id: c.batch_id,
+            claims: vec![(c.job_id, c.batch_id)],
         });
     }
-    for (batch_id, ids) in done {
-        let (list, mut params) = in_list(&ids);
-        params.push(batch_id.into());
-        statements.push(Statement {
-            sql: format!(
-                "UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6), slot = NULL \
-                 WHERE id IN ({list}) AND batch_id = ? AND status = 'claimed'"
-            ),
-            params,
-            ids,
-            batch_id,
+    // A job whose outcome came under two batches (reaped, then claimed here again) goes into
+    // a statement of its own, so that each row's fence names one batch.
+    // At most DONE_CHUNK a statement: three placeholders each, padded, stay well under the
+    // protocol's 65,535.
+    while !done.is_empty() {
+        let mut ids = std::collections::HashSet::new();
+        let mut once: Vec<(u64, u64)> = Vec::new();
+        done.retain(|&(id, batch_id)| {
+            if once.len() < DONE_CHUNK && ids.insert(id) {
+                once.push((id, batch_id));
+                return false;
+            }
+            true
         });
+        statements.push(done_statement(&once));
     }
 
     // One statement commits by itself; several share a transaction (one commit, one fsync).
@@ -627,33 +629,34 @@ pub async fn write_outcomes(
         conn.exec_drop(&st.sql, Params::Positional(st.params))
             .await
             .context("writing outcomes")?;
-        if (conn.affected_rows() as usize) == st.ids.len() {
+        if (conn.affected_rows() as usize) == st.claims.len() {
             continue;
         }
-        // Rare: tell the jobs whose handler finished them under this batch from those whose
+        // Rare: tell the jobs whose handler finished them under their batch from those whose
         // claim was reaped (the reaper clears batch_id). Served by the primary key.
-        let (list, mut params) = in_list(&st.ids);
-        params.push(st.batch_id.into());
-        let finished: Vec<u64> = conn
+        let ids: Vec<u64> = st.claims.iter().map(|c| c.0).collect();
+        let (list, params) = in_list(&ids);
+        let rows: Vec<(u64, Option<u64>, String)> = conn
             .exec(
-                format!(
-                    "SELECT id FROM myjob_jobs WHERE id IN ({list}) AND batch_id = ? \
-                     AND status IN ('done', 'failed', 'cancelled')"
-                ),
+                format!("SELECT id, batch_id, status FROM myjob_jobs WHERE id IN ({list})"),
                 Params::Positional(params),
             )
             .await
             .context("reading which jobs lost their claim")?;
-        // A job cancelled while its handler ran on to its end: the handler has stopped.
-        for &id in &finished {
-            conn.exec_drop(CANCEL_SEEN, (id, st.batch_id))
-                .await
-                .context("saying a cancelled job's handler has stopped")?;
-        }
-        for id in st.ids {
-            match finished.contains(&id) {
-                true => unwritten.finished.push(id),
-                false => unwritten.lost.push((id, st.batch_id)),
+        for (id, batch_id) in st.claims {
+            let row = rows.iter().find(|r| r.0 == id && r.1 == Some(batch_id));
+            // As before: a job this statement wrote reads as finished too, which is as good.
+            match row.map(|r| r.2.as_str()) {
+                Some("cancelled") => {
+                    // A job cancelled while its handler ran on to its end: the handler has
+                    // stopped.
+                    conn.exec_drop(CANCEL_SEEN, (id, batch_id))
+                        .await
+                        .context("saying a cancelled job's handler has stopped")?;
+                    unwritten.finished.push(id);
+                }
+                Some("done" | "failed") => unwritten.finished.push(id),
+                _ => unwritten.lost.push((id, batch_id)),
             }
         }
     }
@@ -663,6 +666,32 @@ pub async fn write_outcomes(
             .context("committing outcomes")?;
     }
     Ok(unwritten)
+}
+
+/// The one UPDATE for the `done` outcomes of `claims` `(job id, batch_id)`, each id once: the
+/// primary key's range over the ids, each row fenced by its own batch (a CASE on the id,
+/// which both servers evaluate per row). Both lists are padded to a power of two by repeating
+/// their last value, so that a few sizes of statement stay prepared.
+fn done_statement(claims: &[(u64, u64)]) -> Statement {
+    let ids: Vec<u64> = claims.iter().map(|c| c.0).collect();
+    let (list, mut params) = in_list(&ids);
+    let arms = claims.len().max(1).next_power_of_two();
+    // CAST: MySQL types a parameter once, at PREPARE, and a CASE of parameters alone might
+    // compare with the BIGINT UNSIGNED column as a DOUBLE, which cannot tell apart two random
+    // batch ids close to each other.
+    let cases = vec!["WHEN ? THEN CAST(? AS UNSIGNED)"; arms].join(" ");
+    for i in 0..arms {
+        let (id, batch_id) = claims[i.min(claims.len() - 1)];
+        params.extend([id.into(), batch_id.into()]);
+    }
+    Statement {
+        sql: format!(
+            "UPDATE myjob_jobs SET status = 'done', finished_at = NOW(6), slot = NULL \
+             WHERE id IN ({list}) AND status = 'claimed' AND batch_id = CASE id {cases} END"
+        ),
+        params,
+        claims: claims.to_vec(),
+    }
 }
 
 /// After a reconnect: marks this worker's live claims as owned by the new connection, so the
@@ -1063,6 +1092,17 @@ mod tests {
         assert_eq!(v.len(), 4);
         assert_eq!(v[3], Value::from(3u64));
         assert_eq!(in_list(&[7u64]).0, "?");
+    }
+
+    #[test]
+    fn one_done_statement_fences_each_row_by_its_own_batch() {
+        let st = done_statement(&[(10, 1), (11, 2), (12, 2)]);
+        // Three ids and three arms, each padded to four.
+        assert_eq!(st.sql.matches("WHEN ? THEN CAST(? AS UNSIGNED)").count(), 4);
+        assert_eq!(st.params.len(), 4 + 2 * 4);
+        assert_eq!(st.params[4..6], [Value::from(10u64), Value::from(1u64)]);
+        assert_eq!(st.params[10..12], [Value::from(12u64), Value::from(2u64)]);
+        assert_eq!(st.claims, vec![(10, 1), (11, 2), (12, 2)]);
     }
 
     #[test]
