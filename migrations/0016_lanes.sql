@@ -1,9 +1,9 @@
 -- Lanes: on a Galera cluster, instances that claim one queue through different nodes take
 -- different parts of its head, so that their claims seldom write the same rows (a write of one
 -- row through two nodes at once is a certification conflict, and one of them is rolled back).
--- A row per queue and instance that claims from it, with the node it claims through, stamped
--- about once a second while it does: the instances seen lately are the queue's lanes, and each
--- takes the jobs whose CRC32(id) modulo their number is its place among them. Written on a
+-- A row per queue and instance that claims jobs of it, with the node it claims through,
+-- stamped within a couple of seconds of each claim: the instances seen lately are the queue's
+-- lanes, and each takes the jobs whose CRC32(id) modulo their number is its place among them. Written on a
 -- Galera node only; the primary key is NOT NULL throughout, so an instance certifies its own
 -- rows only.
 CREATE TABLE IF NOT EXISTS myjob_lanes (

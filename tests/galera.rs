@@ -24,6 +24,23 @@ fn db_server(args: &[&str]) {
     assert!(status.success(), "tests/db-server.sh {args:?} failed");
 }
 
+/// Instance `n + 1` through node `nodes[n]`, each with `config` pointed at its node.
+fn start_on_nodes(db: &TestDb, config: &Path, nodes: &[usize]) -> Vec<Worker> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(n, &node)| {
+            let on_node = db.path(&format!("worker{n}.toml"));
+            edited(
+                config,
+                &on_node,
+                &[(db.url.as_str(), db.node_url(node).as_str())],
+            );
+            Worker::start(&on_node, &(n + 1).to_string())
+        })
+        .collect()
+}
+
 /// A node dies with the instance that worked through it (a host lost whole). An instance on
 /// another node puts its claims back once the dead node has left the cluster and its
 /// heartbeat is stale, and runs them; nothing is left claimed.
@@ -155,17 +172,7 @@ async fn write_conflicts_between_nodes_cost_no_reconnect() {
     let config = db.config("concurrency = 4\nbatch_size = 20", "");
     db.insert_rows("(queue, payload)", "('q', 'quick')", 2000)
         .await;
-    let workers: Vec<Worker> = (0..3)
-        .map(|i| {
-            let on_node = db.path(&format!("node{}.toml", i + 1));
-            edited(
-                &config,
-                &on_node,
-                &[(db.url.as_str(), db.node_url(i).as_str())],
-            );
-            Worker::start(&on_node, &(i + 1).to_string())
-        })
-        .collect();
+    let workers = start_on_nodes(&db, &config, &[0, 1, 2]);
     db.wait_count("status = 'done'", 2000, 120).await;
     assert_eq!(db.count("attempts <> 1").await, 0, "each job ran once");
     let mut conflicts = 0;
@@ -189,19 +196,7 @@ async fn nodes_claim_their_own_lanes_of_a_queue() {
     const JOBS: u64 = 4000;
     let db = TestDb::new("galera_lanes").await;
     let config = db.config("concurrency = 8", "");
-    let workers: Vec<Worker> = [0, 1, 2, 0]
-        .iter()
-        .enumerate()
-        .map(|(n, &node)| {
-            let on_node = db.path(&format!("worker{n}.toml"));
-            edited(
-                &config,
-                &on_node,
-                &[(db.url.as_str(), db.node_url(node).as_str())],
-            );
-            Worker::start(&on_node, &(n + 1).to_string())
-        })
-        .collect();
+    let workers = start_on_nodes(&db, &config, &[0, 1, 2, 0]);
     // An instance says it claims from a queue once it has: rounds of jobs until all four
     // have, then a pause shorter than a lane is remembered, so that every instance has read
     // the four lanes since.
@@ -212,7 +207,7 @@ async fn nodes_claim_their_own_lanes_of_a_queue() {
             .await;
         warm += 200;
         db.wait_count("status = 'done'", warm, 60).await;
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        tokio::time::sleep(Duration::from_millis(4500)).await;
         let lanes: Option<u64> = conn
             .query_first(
                 "SELECT COUNT(*) FROM myjob_lanes \

@@ -10,10 +10,10 @@
 //! Only an instance that claimed jobs of a queue since its last refresh says so: one whose
 //! slots are all busy, or whose link is down, drops out of the others' lanes within about
 //! ten seconds (its last stamp up to a [`REFRESH`] after its last claim, counted for
-//! [`SEEN_WITHIN`], read at their next refresh), and they split its part. A lane that runs dry is topped up from the whole head (see `jobs::claim`),
-//! and claims take the whole head until the next refresh. Two instances that see the lanes
-//! differently for a moment only meet as they would without lanes: the lanes spare conflicts,
-//! they guard nothing.
+//! [`SEEN_WITHIN`], read at their next refresh), and they split its part. A lane that runs
+//! dry is topped up from the whole head (see `jobs::claim`), and claims take the whole head
+//! until the next refresh. Two instances that see the lanes differently for a moment only
+//! meet as they would without lanes: the lanes spare conflicts, they guard nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -92,13 +92,17 @@ impl Lanes {
         }
     }
 
-    /// A claim from `queue` was made; `dry` when its lane had too few jobs.
+    /// A claim got jobs of `queue`; `dry` when its lane had too few. Called at every claim:
+    /// the name is copied only the first time in a refresh.
     pub fn claimed(&mut self, queue: &str, dry: bool) {
-        if !self.claimed.contains(queue) {
-            self.claimed.insert(queue.to_owned());
-        }
-        if dry && !self.dry.contains(queue) {
-            self.dry.insert(queue.to_owned());
+        let note = |set: &mut HashSet<String>| {
+            if !set.contains(queue) {
+                set.insert(queue.to_owned());
+            }
+        };
+        note(&mut self.claimed);
+        if dry {
+            note(&mut self.dry);
         }
     }
 

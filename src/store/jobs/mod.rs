@@ -94,10 +94,10 @@ const CLAIM_LANE: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
 /// Which part of a queue's head a claim takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
-    /// All of it: one server, or the only node that claims from the queue.
+    /// All of it: not a Galera node, or the only instance that claims from the queue.
     Whole,
-    /// The jobs whose `CRC32(id) % of` is `part`, first: one of `of` Galera nodes that claim
-    /// from the queue. A hash, not `id % of`: Galera's auto-increment gives the rows one node
+    /// The jobs whose `CRC32(id) % of` is `part`, first: one of `of` instances that claim
+    /// from the queue through Galera nodes. A hash, not `id % of`: Galera's auto-increment gives the rows one node
     /// inserts ids a cluster size apart, all in one residue.
     Part { of: u32, part: u32 },
 }
@@ -125,11 +125,7 @@ pub async fn claim(
     who: &Claimer<'_>,
     lane: Lane,
 ) -> anyhow::Result<Claimed> {
-    let whole = (batch_id, who.owner_server, who.worker, queue);
-    let whole = |limit: usize| {
-        let (b, s, w, q) = whole;
-        (b, s, w, q, limit as u64)
-    };
+    let whole = |limit: usize| (batch_id, who.owner_server, who.worker, queue, limit as u64);
     let Lane::Part { of, part } = lane else {
         conn.exec_drop(CLAIM, whole(limit))
             .await
@@ -168,10 +164,16 @@ pub async fn claim(
             dry: true,
         }),
         Err(e) if got > 0 => {
-            tracing::warn!(
+            let e = anyhow::Error::new(e);
+            let line = format!(
                 "consumer: claiming the rest of queue {queue}'s head: {}; its lane's {got} jobs are claimed",
-                crate::db::describe(&e)
+                crate::error::chain(&*e)
             );
+            // A lost race is what claims of one head through two Galera nodes expect.
+            match crate::db::classify(&e) {
+                crate::db::Failure::Conflict => tracing::debug!("{line}"),
+                _ => tracing::warn!("{line}"),
+            }
             Ok(Claimed {
                 jobs: got,
                 dry: true,
