@@ -79,23 +79,8 @@ impl Bench {
     /// The no-op run of [`Bench::keyed_run_of`] with the baseline build `bin`, on a fresh
     /// database its own `migrate` made.
     async fn baseline_run(&self, bin: &Path) -> (f64, f64) {
-        let mut root = self.root().await;
-        root.query_drop("DROP DATABASE IF EXISTS myjob_bench")
-            .await
-            .unwrap();
-        root.query_drop("CREATE DATABASE myjob_bench")
-            .await
-            .unwrap();
         let config = self.config(8, &Handler::from("myjob:noop"), "100ms");
-        let migrated = std::process::Command::new(bin)
-            .args(["--config", config.to_str().unwrap(), "migrate"])
-            .output()
-            .unwrap();
-        assert!(
-            migrated.status.success(),
-            "the baseline's migrate: {migrated:?}"
-        );
-        let mut conn = self.conn().await;
+        let mut conn = self.fresh_of(bin, &config).await;
         self.timed_run(&mut conn, bin, &config, None, self.size.jobs)
             .await
     }

@@ -143,6 +143,27 @@ impl Bench {
         conn
     }
 
+    /// A fresh `myjob_bench` on a table another build of myjob (`bin`, with `config`) made
+    /// with its own `migrate`: a baseline's run.
+    pub(crate) async fn fresh_of(&self, bin: &Path, config: &Path) -> Conn {
+        let mut root = self.root().await;
+        root.query_drop("DROP DATABASE IF EXISTS myjob_bench")
+            .await
+            .unwrap();
+        root.query_drop("CREATE DATABASE myjob_bench")
+            .await
+            .unwrap();
+        let migrated = Command::new(bin)
+            .args(["--config", config.to_str().unwrap(), "migrate"])
+            .output()
+            .unwrap();
+        assert!(
+            migrated.status.success(),
+            "the baseline's migrate: {migrated:?}"
+        );
+        self.conn().await
+    }
+
     /// Inserts `n` pending jobs of 200 bytes into `bench`.
     pub(crate) async fn insert(&self, conn: &mut Conn, n: usize) {
         self.insert_into(conn, "bench", n).await;

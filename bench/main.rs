@@ -2,7 +2,7 @@
 //! [--rows-10m] [--latency-only] [--cat-only] [--backlog-only] [--growth-only]
 //! [--persistent-only] [--purge-only] [--idle-only] [--queues-only] [--scheduled-only]
 //! [--heal-only] [--capacity-only] [--metrics-only] [--logging-only] [--flow-only]
-//! [--memory-only]`).
+//! [--memory-only] [--storage-only]`).
 //! Every figure is measured next to a ceiling of this machine measured in the same run, and
 //! reported as a ratio to it; the table goes to stdout and to bench/results/<date>.md. Every
 //! run's jobs are real rows, verified at the end (all done, each claimed once).
@@ -28,6 +28,7 @@ mod metrics;
 mod persistent;
 mod purge;
 mod queues;
+mod storage;
 mod suite;
 mod throughput;
 

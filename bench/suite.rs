@@ -104,6 +104,12 @@ impl Bench {
             self.memory_item().await;
             return;
         }
+        if alone("--storage-only") {
+            // For working on item 19 alone.
+            self.line(head);
+            self.storage_item().await;
+            return;
+        }
         if alone("--cat-only") {
             // For working on item 2: the spawn ceiling, then `cat` per job at concurrency 32,
             // with where the CPU goes.
@@ -163,6 +169,8 @@ impl Bench {
         // 17. What concurrency keys cost; 18. memory against payload size.
         self.flow_item().await;
         self.memory_item().await;
+        // 19. The storage's hot path against myjob before its second design.
+        self.storage_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
