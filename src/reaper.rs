@@ -355,8 +355,8 @@ struct Memory {
     sweep: Sweep,
 }
 
-/// How often the sweep of cancelled jobs without a claim time starts again: it reads every
-/// cancelled job that has finished, a page per pass, for rows only a producer writes.
+/// How often the sweep of cancelled jobs without a claim time starts again, a page per pass:
+/// it reads the cancels index's range of them, which holds only rows a producer wrote.
 const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// Where the sweep of cancelled jobs without a claim time is.

@@ -377,6 +377,59 @@ async fn a_dead_claim_behind_a_thousand_older_live_ones_is_put_back() {
     holder.query_drop("DO 1").await.unwrap();
 }
 
+/// The reaper pages through claimed jobs in the claim index's order, priority descending:
+/// a dead claim of a lower priority than a thousand live ones of its queue is on the second
+/// page, and is put back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_claim_of_a_lower_priority_behind_a_thousand_live_ones_is_put_back() {
+    let db = TestDb::new("reaper_priority_pages").await;
+    let config = db.config("concurrency = 1", "");
+    let server = db.server_id().await.to_string();
+    let mut holder = db.conn().await;
+    let live_conn: u64 = holder
+        .query_first("SELECT CONNECTION_ID()")
+        .await
+        .unwrap()
+        .unwrap();
+    db.insert_rows(
+        "(queue, payload, status, attempts, batch_id, owner_conn, owner_server, claimed_at)",
+        &format!(
+            "('other', 'x', 'claimed', 1, 7, {live_conn}, '{server}', NOW(6) - INTERVAL 1 HOUR)"
+        ),
+        1000,
+    )
+    .await;
+    db.conn()
+        .await
+        .query_drop("UPDATE myjob_jobs SET priority = id % 3")
+        .await
+        .unwrap();
+    let dead = db
+        .insert_sql(&format!(
+            "INSERT INTO myjob_jobs (queue, payload, priority, status, attempts, batch_id, \
+                 owner_conn, owner_server, claimed_at) \
+             VALUES ('other', 'x', -5, 'claimed', 1, 8, 999999999, '{server}', \
+                 NOW(6) - INTERVAL 1 MINUTE)"
+        ))
+        .await;
+
+    let worker = Worker::start(&config, "1");
+    db.wait_count(&format!("id = {dead} AND status = 'pending'"), 1, 20)
+        .await;
+    assert!(worker
+        .log_text()
+        .contains("reaper: stale claim put back: its claimer's connection 999999999 is gone"));
+    assert_eq!(
+        db.count(&format!(
+            "status = 'claimed' AND batch_id = 7 AND owner_conn = {live_conn}"
+        ))
+        .await,
+        1000,
+        "a live claim was touched"
+    );
+    holder.query_drop("DO 1").await.unwrap();
+}
+
 /// The queue column is binary: a claim of a queue whose name is not UTF-8 (an UPDATE of the
 /// user's) is put back like any other, and its line names the queue as best it can.
 #[tokio::test(flavor = "multi_thread")]
@@ -402,4 +455,55 @@ async fn a_dead_claim_of_a_queue_named_in_bytes_that_are_not_utf8_is_put_back() 
             && l.ends_with(&format!("job_id={dead} attempt=1"))),
         "{log}"
     );
+}
+
+/// Claims made before migration 17 (the reaper's index of claims by time dropped, the cancels
+/// index added) are judged after it: a dead claim is put back and run, and a job cancelled
+/// while its now dead worker ran it gives its claim up; the jobs waiting behind them run.
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_made_before_migration_17_are_judged_after_it() {
+    let db = TestDb::new("reaper_migration_17").await;
+    let config = db.config("", "");
+    let c = config.to_str().unwrap();
+    let server = db.server_id().await.to_string();
+    let mut conn = db.conn().await;
+    // The table as migration 16 left it.
+    conn.query_drop(
+        "ALTER TABLE myjob_jobs DROP INDEX myjob_jobs_cancels, DROP COLUMN cancel_owner, \
+             DROP COLUMN cancel_at, ADD KEY myjob_jobs_stale (status, claimed_at)",
+    )
+    .await
+    .unwrap();
+    conn.query_drop("DELETE FROM myjob_schema_migrations WHERE version = 17")
+        .await
+        .unwrap();
+    let dead = db.insert_abandoned_claim(&server).await;
+    let cancelled = db
+        .insert_sql(&format!(
+            "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id, owner_conn, \
+                 owner_server, claimed_at, finished_at) \
+             VALUES ('q', 'x', 'cancelled', 1, 43, 999999999, '{server}', \
+                 NOW(6) - INTERVAL 1 HOUR, NOW(6))"
+        ))
+        .await;
+    db.insert("q", &["a"; 20]).await;
+
+    let out = common::myjob(&["--config", c, "migrate"], b"");
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("applied migrations: [17]"),
+        "{out:?}"
+    );
+    let worker = Worker::start(&config, "1");
+    db.wait_count("status = 'done'", 21, 30).await;
+    db.wait_count(
+        &format!("id = {cancelled} AND owner_conn IS NULL AND claimed_at IS NULL"),
+        1,
+        20,
+    )
+    .await;
+    assert_eq!(db.job(dead).await.0, "done");
+    assert!(worker
+        .log_text()
+        .contains("reaper: stale claim put back: its claimer's connection 999999999 is gone"));
 }

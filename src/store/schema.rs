@@ -83,6 +83,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../../migrations/0015_certified_key_indexes.sql"),
     ),
     (16, "lanes", include_str!("../../migrations/0016_lanes.sql")),
+    (
+        17,
+        "claims_without_stale_index",
+        include_str!("../../migrations/0017_claims_without_stale_index.sql"),
+    ),
 ];
 
 /// The schema version this binary needs.

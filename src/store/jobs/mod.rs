@@ -769,12 +769,20 @@ fn old_claim(row: OldClaimRow) -> OldClaim {
     }
 }
 
-/// Where a page of [`old_claims`] ended: the next page starts after it.
+/// Where a page of [`old_claims`] ended: the next page starts after it, in the order of the
+/// index the page was read from.
 #[derive(Debug, Clone)]
-pub struct ClaimCursor {
-    /// `claimed_at` as the server sent it, bound back as it came.
-    claimed_at: Value,
-    id: u64,
+pub enum ClaimCursor {
+    /// Claimed jobs, in the claim index's order `(queue, priority DESC, id)` within its
+    /// `'claimed'` range.
+    Head {
+        queue: Vec<u8>,
+        priority: i16,
+        id: u64,
+    },
+    /// Cancelled jobs that name a claimer, in the cancels index's order `(cancel_at, id)`;
+    /// the time as the server sent it, bound back as it came.
+    Cancel { at: Value, id: u64 },
 }
 
 /// Which rows hold a claim the reaper judges.
@@ -788,11 +796,36 @@ pub enum Held {
     Cancelled,
 }
 
-/// One page of the claims of kind `of` made more than `older_than` ago, oldest first, from `after` on (at
-/// most `limit` of them), and the cursor of the next page when this one was full. Served by
-/// the stale index `(status, claimed_at)`, whose entries end with the primary key: the order
-/// is the index's, and each page starts where the last ended, so long-running claims never
-/// hide the ones behind them.
+/// The columns a page of [`old_claims`] reads: an [`OldClaimRow`], and where the row sits in
+/// the index the page follows.
+const OLD_CLAIM_COLUMNS: &str = "id, batch_id, owner_conn, owner_server, attempts, rescues, \
+     suspicion, worker, queue, priority, claimed_at";
+
+/// Claimed jobs made more than `?` µs ago, a page in the claim index's order. Served by the
+/// claim index's `'claimed'` range: every running job, a few rows per slot of the fleet,
+/// read whole once per pass of the reaper (pages follow each other); the time is checked in
+/// the row. No index on the claim's time: each claim and each end of a job would move its
+/// entry there (migration 17).
+const OLD_CLAIMED: &str = "FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+     WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND";
+/// The next page of [`OLD_CLAIMED`] after `(queue, priority, id)`: the claim index's order,
+/// priority descending.
+const AFTER_HEAD: &str = " AND (queue > ? OR (queue = ? AND (priority < ? \
+     OR (priority = ? AND id > ?))))";
+const HEAD_ORDER: &str = " ORDER BY status, queue, priority DESC, id LIMIT ?";
+
+/// Cancelled jobs that still name a claimer, claimed more than `?` µs ago. Served by the
+/// cancels index `(cancel_owner, cancel_at)`, whose entries end with the primary key: a job
+/// that is not cancelled is NULL there throughout its life, so only these few are read.
+const OLD_CANCELLED: &str = "FROM myjob_jobs FORCE INDEX (myjob_jobs_cancels) \
+     WHERE cancel_owner = 1 AND cancel_at < NOW(6) - INTERVAL ? MICROSECOND";
+const AFTER_CANCEL: &str = " AND (cancel_at > ? OR (cancel_at = ? AND id > ?))";
+const CANCEL_ORDER: &str = " ORDER BY cancel_owner, cancel_at, id LIMIT ?";
+
+/// One page of the claims of kind `of` made more than `older_than` ago, from `after` on (at
+/// most `limit` of them), and the cursor of the next page when this one was full. Each page
+/// starts where the last ended, in its index's order, so long-running claims never hide the
+/// ones behind them.
 pub async fn old_claims(
     conn: &mut Conn,
     of: Held,
@@ -800,16 +833,30 @@ pub async fn old_claims(
     after: Option<&ClaimCursor>,
     limit: usize,
 ) -> anyhow::Result<(Vec<OldClaim>, Option<ClaimCursor>)> {
-    let status = match of {
-        Held::Claimed => "claimed",
-        Held::Cancelled => "cancelled",
+    let (from, order) = match of {
+        Held::Claimed => (OLD_CLAIMED, HEAD_ORDER),
+        Held::Cancelled => (OLD_CANCELLED, CANCEL_ORDER),
     };
-    let mut params: Vec<Value> = vec![status.into(), (older_than.as_micros() as u64).into()];
+    let mut params: Vec<Value> = vec![(older_than.as_micros() as u64).into()];
     let range = match after {
         None => "",
-        Some(c) => {
-            params.extend([c.claimed_at.clone(), c.claimed_at.clone(), c.id.into()]);
-            "AND (claimed_at > ? OR (claimed_at = ? AND id > ?)) "
+        Some(ClaimCursor::Head {
+            queue,
+            priority,
+            id,
+        }) => {
+            params.extend([
+                queue.clone().into(),
+                queue.clone().into(),
+                (*priority).into(),
+                (*priority).into(),
+                (*id).into(),
+            ]);
+            AFTER_HEAD
+        }
+        Some(ClaimCursor::Cancel { at, id }) => {
+            params.extend([at.clone(), at.clone(), (*id).into()]);
+            AFTER_CANCEL
         }
     };
     params.push((limit as u64).into());
@@ -823,27 +870,30 @@ pub async fn old_claims(
         u8,
         Option<String>,
         Vec<u8>,
+        i16,
         Value,
     );
     let rows: Vec<Row> = conn
         .exec(
-            format!(
-                "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, \
-                     worker, queue, claimed_at \
-                 FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
-                 WHERE status = ? AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND \
-                 {range}ORDER BY claimed_at, id LIMIT ?"
-            ),
+            format!("SELECT {OLD_CLAIM_COLUMNS} {from}{range}{order}"),
             Params::Positional(params),
         )
         .await
         .context("reading old claims")?;
     let mut claims = Vec::with_capacity(rows.len());
     let mut last = None;
-    for (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, queue, at) in
-        rows
-    {
-        last = Some(ClaimCursor { claimed_at: at, id });
+    for row in rows {
+        let (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion) =
+            (row.0, row.1, row.2, row.3, row.4, row.5, row.6);
+        let (worker, queue, priority, at) = (row.7, row.8, row.9, row.10);
+        last = Some(match of {
+            Held::Claimed => ClaimCursor::Head {
+                queue: queue.clone(),
+                priority,
+                id,
+            },
+            Held::Cancelled => ClaimCursor::Cancel { at, id },
+        });
         claims.push(old_claim((
             id,
             batch_id,
@@ -883,7 +933,7 @@ pub async fn forget_cancel(conn: &mut Conn, claim: &OldClaim) -> anyhow::Result<
 }
 
 /// The claims of workers named `host:<any pid>:instance`, however recent (at most `limit`).
-/// Read on the stale index's claimed range (every running job, a few rows per slot), the
+/// Read on the claim index's claimed range (every running job, a few rows per slot), the
 /// name matched with LIKE, its wildcards escaped; the caller checks the name exactly.
 pub async fn claims_of(
     conn: &mut Conn,
@@ -901,7 +951,7 @@ pub async fn claims_of(
         .exec(
             "SELECT id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion, worker, \
                  queue \
-             FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
+             FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
              WHERE status = 'claimed' AND worker LIKE ? LIMIT ?",
             (pattern, limit as u64),
         )

@@ -30,15 +30,23 @@ const UNDATED: &str = "((status = 'claimed' AND claimed_at IS NULL) \
 const UNDATED_CANCEL: &str =
     "(status = 'cancelled' AND claimed_at IS NULL AND owner_conn IS NOT NULL)";
 
-/// At most `limit` undated claims, and cancelled jobs' claims dated too far ahead (a
-/// cancelled job's claim time is cleared when its handler is seen to stop, so no time is its
-/// normal state). Served by the stale index `(status, claimed_at)`: the NULL range of
-/// `claimed` and the ranges past `NOW(6) + AHEAD`, an index dive each when they are empty,
-/// which they nearly always are.
+/// At most `limit` undated claims, and at most `limit` cancelled jobs' claims dated too far
+/// ahead (a cancelled job's claim time is cleared when its handler is seen to stop, so no
+/// time is its normal state). The claimed ones on the claim index's `'claimed'` range (every
+/// running job, their times checked in the rows, as [`super::old_claims`] reads them), the
+/// cancelled ones on the cancels index's range past `NOW(6) + AHEAD`, an index dive when it
+/// is empty, which it nearly always is.
 pub async fn undated(conn: &mut Conn, limit: usize) -> anyhow::Result<Vec<u64>> {
     conn.exec(
-        format!("SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) WHERE {UNDATED} LIMIT ?"),
-        (limit as u64,),
+        format!(
+            "(SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+              WHERE status = 'claimed' \
+                AND (claimed_at IS NULL OR claimed_at > NOW(6) + INTERVAL {AHEAD}) LIMIT ?) \
+             UNION ALL \
+             (SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_cancels) \
+              WHERE cancel_owner = 1 AND cancel_at > NOW(6) + INTERVAL {AHEAD} LIMIT ?)"
+        ),
+        (limit as u64, limit as u64),
     )
     .await
     .context("reading claims without a time")
@@ -47,20 +55,20 @@ pub async fn undated(conn: &mut Conn, limit: usize) -> anyhow::Result<Vec<u64>> 
 /// The most index entries one page of [`cancelled_page`] reads.
 pub const SWEEP_PAGE: u64 = 10_000;
 
-/// One page of the sweep of cancelled jobs without a claim time: the ids after `after` in
-/// that range of the stale index `(status, claimed_at)`, whose entries end with the id, at
-/// most [`SWEEP_PAGE`] of them. Returns those with an owner, and where the next page starts
-/// (None at the end of the range). The range holds every cancelled job that has finished, so
-/// the sweep is slow and rare (see the reaper).
+/// One page of the sweep of cancelled jobs without a claim time but with an owner: the ids
+/// after `after` in that range of the cancels index `(cancel_owner, cancel_at)`, whose
+/// entries end with the id, at most [`SWEEP_PAGE`] of them. Returns them, and where the next
+/// page starts (None at the end of the range). Only rows a producer wrote are there: a
+/// worker clears a cancelled job's owner and time together.
 pub async fn cancelled_page(
     conn: &mut Conn,
     after: u64,
 ) -> anyhow::Result<(Vec<u64>, Option<u64>)> {
     let rows: Vec<(u64, bool)> = conn
         .exec(
-            "SELECT id, owner_conn IS NOT NULL FROM myjob_jobs FORCE INDEX (myjob_jobs_stale) \
-             WHERE status = 'cancelled' AND claimed_at IS NULL AND id > ? \
-             ORDER BY status, claimed_at, id LIMIT ?",
+            "SELECT id, owner_conn IS NOT NULL FROM myjob_jobs FORCE INDEX (myjob_jobs_cancels) \
+             WHERE cancel_owner = 1 AND cancel_at IS NULL AND id > ? \
+             ORDER BY cancel_owner, cancel_at, id LIMIT ?",
             (after, SWEEP_PAGE),
         )
         .await
