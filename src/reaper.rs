@@ -351,46 +351,6 @@ struct Memory {
     suspects: HashSet<Suspect>,
     /// The jobs whose write the server refused (see [`row_refused`]), said once each.
     refused: HashSet<u64>,
-    /// The sweep of cancelled jobs without a claim time (see `store::jobs::undated`).
-    sweep: Sweep,
-}
-
-/// How often the sweep of cancelled jobs without a claim time starts again, a page per pass:
-/// it reads the cancels index's range of them, which holds only rows a producer wrote.
-const SWEEP_EVERY: Duration = Duration::from_secs(3600);
-
-/// Where the sweep of cancelled jobs without a claim time is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sweep {
-    /// The next starts then: at the first pass, and [`SWEEP_EVERY`] after one ends.
-    Due(Instant),
-    /// Under way: its next page starts after this job id.
-    At(u64),
-}
-
-impl Default for Sweep {
-    fn default() -> Self {
-        Sweep::Due(Instant::now())
-    }
-}
-
-impl Sweep {
-    /// Where this pass's page starts, if the sweep has one to read now.
-    fn page(&self) -> Option<u64> {
-        match *self {
-            Sweep::At(after) => Some(after),
-            Sweep::Due(at) if at <= Instant::now() => Some(0),
-            Sweep::Due(_) => None,
-        }
-    }
-
-    /// After a page that ended at `next` (None: at the end of the range).
-    fn after(next: Option<u64>) -> Sweep {
-        match next {
-            Some(id) => Sweep::At(id),
-            None => Sweep::Due(Instant::now() + SWEEP_EVERY),
-        }
-    }
 }
 
 /// The most refused jobs remembered; past it, a new one is said again at every pass.
@@ -470,14 +430,19 @@ async fn reap(
     // a new owner_conn, and the reset below, fenced by the old one, leaves it alone.
     let stale_after = settings.reaper.stale_after;
     servers::prune(conn, FORGET_SERVERS_AFTER.max(stale_after * 2)).await?;
+    // Every claim, a page at a time: however many long jobs run, a dead claim behind them is
+    // judged. Jobs cancelled while they ran, whose worker has not said the handler stopped,
+    // likewise.
+    let claimed = all_held(conn, Held::Claimed, stale_after).await?;
+    let cancelled = all_held(conn, Held::Cancelled, stale_after).await?;
+    let (old, cancels) = (claimed.old, cancelled.old);
     // Claims a producer wrote without a time, or with one far ahead: dated now, judged as
     // any claim once stale_after has passed (see `undated`).
-    let mut undated = jobs::undated::undated(conn, PAGE).await?;
-    if let Some(after) = memory.sweep.page() {
-        let (owned, next) = jobs::undated::cancelled_page(conn, after).await?;
-        undated.extend(owned);
-        memory.sweep = Sweep::after(next);
-    }
+    let undated: Vec<u64> = claimed
+        .undated
+        .into_iter()
+        .chain(cancelled.undated)
+        .collect();
     let dated = date_claims(conn, &undated, &mut memory.refused).await?;
     if dated > 0 {
         warn!(
@@ -486,11 +451,6 @@ async fn reap(
             jobs::undated::AHEAD.to_lowercase()
         );
     }
-    // Every old claim, a page at a time: however many long jobs run, a dead claim behind
-    // them is judged.
-    let old = all_old(conn, Held::Claimed, stale_after).await?;
-    // Jobs cancelled while they ran, whose worker has not said the handler stopped.
-    let cancels = all_old(conn, Held::Cancelled, stale_after).await?;
     let last_pass = std::mem::take(&mut memory.suspects);
     if old.is_empty() && cancels.is_empty() {
         return Ok(());
@@ -574,20 +534,21 @@ fn span_of(claim: &OldClaim) -> Span {
     job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id)
 }
 
-/// Every old claim of kind `of`, a page at a time.
-async fn all_old(
+/// Every claim of kind `of`, a page at a time: the old ones and the undated ones.
+async fn all_held(
     conn: &mut Conn,
     of: Held,
     stale_after: Duration,
-) -> anyhow::Result<Vec<OldClaim>> {
-    let mut old = Vec::new();
+) -> anyhow::Result<jobs::HeldPage> {
+    let mut all = jobs::HeldPage::default();
     let mut cursor = None;
     loop {
-        let (page, next) = jobs::old_claims(conn, of, stale_after, cursor.as_ref(), PAGE).await?;
-        old.extend(page);
-        match next {
+        let page = jobs::held(conn, of, stale_after, cursor.as_ref(), PAGE).await?;
+        all.old.extend(page.old);
+        all.undated.extend(page.undated);
+        match page.next {
             Some(next) => cursor = Some(next),
-            None => return Ok(old),
+            None => return Ok(all),
         }
     }
 }

@@ -457,12 +457,13 @@ async fn a_dead_claim_of_a_queue_named_in_bytes_that_are_not_utf8_is_put_back() 
     );
 }
 
-/// Claims made before migration 17 (the reaper's index of claims by time dropped, the cancels
-/// index added) are judged after it: a dead claim is put back and run, and a job cancelled
-/// while its now dead worker ran it gives its claim up; the jobs waiting behind them run.
+/// Claims made before migrations 17 and 18 (the cancels index added, the reaper's index of
+/// claims by time dropped) are judged after them: a dead claim is put back and run, and a job
+/// cancelled while its now dead worker ran it gives its claim up; the jobs waiting behind
+/// them run.
 #[tokio::test(flavor = "multi_thread")]
-async fn claims_made_before_migration_17_are_judged_after_it() {
-    let db = TestDb::new("reaper_migration_17").await;
+async fn claims_made_before_migrations_17_and_18_are_judged_after_them() {
+    let db = TestDb::new("reaper_migration_18").await;
     let config = db.config("", "");
     let c = config.to_str().unwrap();
     let server = db.server_id().await.to_string();
@@ -470,11 +471,11 @@ async fn claims_made_before_migration_17_are_judged_after_it() {
     // The table as migration 16 left it.
     conn.query_drop(
         "ALTER TABLE myjob_jobs DROP INDEX myjob_jobs_cancels, DROP COLUMN cancel_owner, \
-             DROP COLUMN cancel_at, ADD KEY myjob_jobs_stale (status, claimed_at)",
+             ADD KEY myjob_jobs_stale (status, claimed_at)",
     )
     .await
     .unwrap();
-    conn.query_drop("DELETE FROM myjob_schema_migrations WHERE version = 17")
+    conn.query_drop("DELETE FROM myjob_schema_migrations WHERE version IN (17, 18)")
         .await
         .unwrap();
     let dead = db.insert_abandoned_claim(&server).await;
@@ -491,7 +492,7 @@ async fn claims_made_before_migration_17_are_judged_after_it() {
     let out = common::myjob(&["--config", c, "migrate"], b"");
     assert!(out.status.success(), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("applied migrations: [17]"),
+        String::from_utf8_lossy(&out.stdout).contains("applied migrations: [17, 18]"),
         "{out:?}"
     );
     let worker = Worker::start(&config, "1");

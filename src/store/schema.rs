@@ -85,8 +85,13 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (16, "lanes", include_str!("../../migrations/0016_lanes.sql")),
     (
         17,
+        "cancel_owner",
+        include_str!("../../migrations/0017_cancel_owner.sql"),
+    ),
+    (
+        18,
         "claims_without_stale_index",
-        include_str!("../../migrations/0017_claims_without_stale_index.sql"),
+        include_str!("../../migrations/0018_claims_without_stale_index.sql"),
     ),
 ];
 

@@ -769,8 +769,8 @@ fn old_claim(row: OldClaimRow) -> OldClaim {
     }
 }
 
-/// Where a page of [`old_claims`] ended: the next page starts after it, in the order of the
-/// index the page was read from.
+/// Where a page of [`held`] ended: the next page starts after it, in the order of the index
+/// the page was read from.
 #[derive(Debug, Clone)]
 pub enum ClaimCursor {
     /// Claimed jobs, in the claim index's order `(queue, priority DESC, id)` within its
@@ -780,9 +780,8 @@ pub enum ClaimCursor {
         priority: i16,
         id: u64,
     },
-    /// Cancelled jobs that name a claimer, in the cancels index's order `(cancel_at, id)`;
-    /// the time as the server sent it, bound back as it came.
-    Cancel { at: Value, id: u64 },
+    /// Cancelled jobs that name a claimer, in the cancels index's order: by id.
+    Cancel { id: u64 },
 }
 
 /// Which rows hold a claim the reaper judges.
@@ -791,51 +790,64 @@ pub enum Held {
     /// Claimed jobs.
     Claimed,
     /// Jobs cancelled while they ran whose worker has not said their handler stopped (their
-    /// claimed_at is cleared when it does): each holds its concurrency-key slot until then,
-    /// and a worker that died never says so.
+    /// owner and claimed_at are cleared when it does): each holds its concurrency-key slot
+    /// until then, and a worker that died never says so.
     Cancelled,
 }
 
-/// The columns a page of [`old_claims`] reads: an [`OldClaimRow`], and where the row sits in
-/// the index the page follows.
-const OLD_CLAIM_COLUMNS: &str = "id, batch_id, owner_conn, owner_server, attempts, rescues, \
-     suspicion, worker, queue, priority, claimed_at";
+/// One page of [`held`].
+#[derive(Debug, Default)]
+pub struct HeldPage {
+    /// The claims made more than the given time ago: the reaper judges them.
+    pub old: Vec<OldClaim>,
+    /// The claims with no time, or one more than [`undated::AHEAD`] ahead of the server's
+    /// clock: only a producer writes them, and the reaper dates them (see [`undated`]).
+    pub undated: Vec<u64>,
+    /// Where the next page starts, when this one was full.
+    pub next: Option<ClaimCursor>,
+}
 
-/// Claimed jobs made more than `?` µs ago, a page in the claim index's order. Served by the
-/// claim index's `'claimed'` range: every running job, a few rows per slot of the fleet,
-/// read whole once per pass of the reaper (pages follow each other); the time is checked in
-/// the row. No index on the claim's time: each claim and each end of a job would move its
-/// entry there (migration 17).
-const OLD_CLAIMED: &str = "FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
-     WHERE status = 'claimed' AND claimed_at < NOW(6) - INTERVAL ? MICROSECOND";
-/// The next page of [`OLD_CLAIMED`] after `(queue, priority, id)`: the claim index's order,
+/// What a page of [`held`] reads of each row: an [`OldClaimRow`], where the row sits in the
+/// claim index, whether its claim is older than the bound `?` µs, and whether it is undated.
+const HELD_COLUMNS: &str = "id, batch_id, owner_conn, owner_server, attempts, rescues, \
+     suspicion, worker, queue, priority, \
+     COALESCE(claimed_at < NOW(6) - INTERVAL ? MICROSECOND, FALSE), \
+     claimed_at IS NULL OR claimed_at > NOW(6) + INTERVAL ";
+
+/// Claimed jobs, a page in the claim index's order. Served by its `'claimed'` range: every
+/// running job, a few rows per slot of the fleet, read once per pass of the reaper (each page
+/// starts where the last ended); the times are read in the rows. No index on the claim's
+/// time: each claim and each end of a job would move its entry there (migration 18).
+const HELD_CLAIMED: &str = "FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+     WHERE status = 'claimed'";
+/// The next page of [`HELD_CLAIMED`] after `(queue, priority, id)`: the claim index's order,
 /// priority descending.
 const AFTER_HEAD: &str = " AND (queue > ? OR (queue = ? AND (priority < ? \
      OR (priority = ? AND id > ?))))";
 const HEAD_ORDER: &str = " ORDER BY status, queue, priority DESC, id LIMIT ?";
 
-/// Cancelled jobs that still name a claimer, claimed more than `?` µs ago. Served by the
-/// cancels index `(cancel_owner, cancel_at)`, whose entries end with the primary key: a job
-/// that is not cancelled is NULL there throughout its life, so only these few are read.
-const OLD_CANCELLED: &str = "FROM myjob_jobs FORCE INDEX (myjob_jobs_cancels) \
-     WHERE cancel_owner = 1 AND cancel_at < NOW(6) - INTERVAL ? MICROSECOND";
-const AFTER_CANCEL: &str = " AND (cancel_at > ? OR (cancel_at = ? AND id > ?))";
-const CANCEL_ORDER: &str = " ORDER BY cancel_owner, cancel_at, id LIMIT ?";
+/// Cancelled jobs that still name a claimer or a claim time, a page by id. Served by the
+/// cancels index over `cancel_owner`, which is NULL for every job not cancelled: only these
+/// few rows are read.
+const HELD_CANCELLED: &str = "FROM myjob_jobs FORCE INDEX (myjob_jobs_cancels) \
+     WHERE cancel_owner = 1";
+const AFTER_CANCEL: &str = " AND id > ?";
+const CANCEL_ORDER: &str = " ORDER BY cancel_owner, id LIMIT ?";
 
-/// One page of the claims of kind `of` made more than `older_than` ago, from `after` on (at
-/// most `limit` of them), and the cursor of the next page when this one was full. Each page
+/// One page of the rows of kind `of` (at most `limit`, from `after` on): the claims made more
+/// than `older_than` ago, the undated ones, and the cursor of the next page. Each page
 /// starts where the last ended, in its index's order, so long-running claims never hide the
 /// ones behind them.
-pub async fn old_claims(
+pub async fn held(
     conn: &mut Conn,
     of: Held,
     older_than: Duration,
     after: Option<&ClaimCursor>,
     limit: usize,
-) -> anyhow::Result<(Vec<OldClaim>, Option<ClaimCursor>)> {
+) -> anyhow::Result<HeldPage> {
     let (from, order) = match of {
-        Held::Claimed => (OLD_CLAIMED, HEAD_ORDER),
-        Held::Cancelled => (OLD_CANCELLED, CANCEL_ORDER),
+        Held::Claimed => (HELD_CLAIMED, HEAD_ORDER),
+        Held::Cancelled => (HELD_CANCELLED, CANCEL_ORDER),
     };
     let mut params: Vec<Value> = vec![(older_than.as_micros() as u64).into()];
     let range = match after {
@@ -854,8 +866,8 @@ pub async fn old_claims(
             ]);
             AFTER_HEAD
         }
-        Some(ClaimCursor::Cancel { at, id }) => {
-            params.extend([at.clone(), at.clone(), (*id).into()]);
+        Some(ClaimCursor::Cancel { id }) => {
+            params.push((*id).into());
             AFTER_CANCEL
         }
     };
@@ -871,43 +883,53 @@ pub async fn old_claims(
         Option<String>,
         Vec<u8>,
         i16,
-        Value,
+        bool,
+        bool,
     );
     let rows: Vec<Row> = conn
         .exec(
-            format!("SELECT {OLD_CLAIM_COLUMNS} {from}{range}{order}"),
+            format!(
+                "SELECT {HELD_COLUMNS}{} {from}{range}{order}",
+                undated::AHEAD
+            ),
             Params::Positional(params),
         )
         .await
-        .context("reading old claims")?;
-    let mut claims = Vec::with_capacity(rows.len());
-    let mut last = None;
+        .context("reading claims")?;
+    let full = rows.len() >= limit;
+    let mut page = HeldPage::default();
     for row in rows {
         let (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion) =
             (row.0, row.1, row.2, row.3, row.4, row.5, row.6);
-        let (worker, queue, priority, at) = (row.7, row.8, row.9, row.10);
-        last = Some(match of {
+        let (worker, queue, priority, old, dated_wrong) = (row.7, row.8, row.9, row.10, row.11);
+        page.next = Some(match of {
             Held::Claimed => ClaimCursor::Head {
                 queue: queue.clone(),
                 priority,
                 id,
             },
-            Held::Cancelled => ClaimCursor::Cancel { at, id },
+            Held::Cancelled => ClaimCursor::Cancel { id },
         });
-        claims.push(old_claim((
-            id,
-            batch_id,
-            owner_conn,
-            owner_server,
-            attempts,
-            rescues,
-            suspicion,
-            worker,
-            queue,
-        )));
+        if dated_wrong {
+            page.undated.push(id);
+        } else if old {
+            page.old.push(old_claim((
+                id,
+                batch_id,
+                owner_conn,
+                owner_server,
+                attempts,
+                rescues,
+                suspicion,
+                worker,
+                queue,
+            )));
+        }
     }
-    let next = last.filter(|_| claims.len() >= limit);
-    Ok((claims, next))
+    if !full {
+        page.next = None;
+    }
+    Ok(page)
 }
 
 /// The worker of a job cancelled while it ran is gone, and its handler with it: the claim's

@@ -8,8 +8,10 @@
 //!
 //! A cancelled job keeps its claim's owner until its worker has seen the handler stop, and
 //! its concurrency slot with it; then the owner and the time are cleared together. One with
-//! an owner and no time is a producer's, which would hold its key's slot for ever: found by
-//! [`cancelled_page`], a page at a time, and dated the same way.
+//! an owner and no time is a producer's, which would hold its key's slot for ever: dated the
+//! same way.
+//!
+//! The reaper finds them as it reads the claims it judges (see [`super::held`]).
 
 use anyhow::Context as _;
 use mysql_async::prelude::*;
@@ -30,58 +32,8 @@ const UNDATED: &str = "((status = 'claimed' AND claimed_at IS NULL) \
 const UNDATED_CANCEL: &str =
     "(status = 'cancelled' AND claimed_at IS NULL AND owner_conn IS NOT NULL)";
 
-/// At most `limit` undated claims, and at most `limit` cancelled jobs' claims dated too far
-/// ahead (a cancelled job's claim time is cleared when its handler is seen to stop, so no
-/// time is its normal state). The claimed ones on the claim index's `'claimed'` range (every
-/// running job, their times checked in the rows, as [`super::old_claims`] reads them), the
-/// cancelled ones on the cancels index's range past `NOW(6) + AHEAD`, an index dive when it
-/// is empty, which it nearly always is.
-pub async fn undated(conn: &mut Conn, limit: usize) -> anyhow::Result<Vec<u64>> {
-    conn.exec(
-        format!(
-            "(SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
-              WHERE status = 'claimed' \
-                AND (claimed_at IS NULL OR claimed_at > NOW(6) + INTERVAL {AHEAD}) LIMIT ?) \
-             UNION ALL \
-             (SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_cancels) \
-              WHERE cancel_owner = 1 AND cancel_at > NOW(6) + INTERVAL {AHEAD} LIMIT ?)"
-        ),
-        (limit as u64, limit as u64),
-    )
-    .await
-    .context("reading claims without a time")
-}
-
-/// The most index entries one page of [`cancelled_page`] reads.
-pub const SWEEP_PAGE: u64 = 10_000;
-
-/// One page of the sweep of cancelled jobs without a claim time but with an owner: the ids
-/// after `after` in that range of the cancels index `(cancel_owner, cancel_at)`, whose
-/// entries end with the id, at most [`SWEEP_PAGE`] of them. Returns them, and where the next
-/// page starts (None at the end of the range). Only rows a producer wrote are there: a
-/// worker clears a cancelled job's owner and time together.
-pub async fn cancelled_page(
-    conn: &mut Conn,
-    after: u64,
-) -> anyhow::Result<(Vec<u64>, Option<u64>)> {
-    let rows: Vec<(u64, bool)> = conn
-        .exec(
-            "SELECT id, owner_conn IS NOT NULL FROM myjob_jobs FORCE INDEX (myjob_jobs_cancels) \
-             WHERE cancel_owner = 1 AND cancel_at IS NULL AND id > ? \
-             ORDER BY cancel_owner, cancel_at, id LIMIT ?",
-            (after, SWEEP_PAGE),
-        )
-        .await
-        .context("sweeping cancelled jobs without a claim time")?;
-    let next = match rows.last() {
-        Some((id, _)) if rows.len() as u64 >= SWEEP_PAGE => Some(*id),
-        _ => None,
-    };
-    Ok((rows.iter().filter(|r| r.1).map(|r| r.0).collect(), next))
-}
-
-/// Dates now the claims among `ids` that are still undated (as [`undated`] or
-/// [`cancelled_page`] found them). Returns how many changed. Served by the primary key.
+/// Dates now the claims among `ids` that are still undated (as [`super::held`] found
+/// them). Returns how many changed. Served by the primary key.
 pub async fn date(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<u64> {
     if ids.is_empty() {
         return Ok(0);
