@@ -899,9 +899,7 @@ pub async fn held(
     let full = rows.len() >= limit;
     let mut page = HeldPage::default();
     for row in rows {
-        let (id, batch_id, owner_conn, owner_server, attempts, rescues, suspicion) =
-            (row.0, row.1, row.2, row.3, row.4, row.5, row.6);
-        let (worker, queue, priority, old, dated_wrong) = (row.7, row.8, row.9, row.10, row.11);
+        let (id, queue, priority, old, dated_wrong) = (row.0, row.8, row.9, row.10, row.11);
         page.next = Some(match of {
             Held::Claimed => ClaimCursor::Head {
                 queue: queue.clone(),
@@ -913,17 +911,8 @@ pub async fn held(
         if dated_wrong {
             page.undated.push(id);
         } else if old {
-            page.old.push(old_claim((
-                id,
-                batch_id,
-                owner_conn,
-                owner_server,
-                attempts,
-                rescues,
-                suspicion,
-                worker,
-                queue,
-            )));
+            let claim = (id, row.1, row.2, row.3, row.4, row.5, row.6, row.7, queue);
+            page.old.push(old_claim(claim));
         }
     }
     if !full {
