@@ -184,6 +184,8 @@ async fn the_schema_is_the_same_on_every_server() {
             "unique_queue varbinary YES",
             "slot_queue varbinary YES",
             "slot_key varbinary YES",
+            // The reaper's cancelled claims (migration 17), INSTANT at the end.
+            "cancel_owner tinyint YES",
         ]
     );
     conn.query_drop("INSERT INTO myjob_jobs (queue) VALUES ('q')")
