@@ -329,6 +329,48 @@ async fn a_restarted_instance_puts_back_its_previous_runs_claims_at_once() {
     drop((other, twin, second));
 }
 
+/// A thousand claims of queue `other` (which the tests' instance does not serve), made an
+/// hour ago by a connection that stays open: live claims the reaper must leave alone.
+struct LiveClaims {
+    holder: mysql_async::Conn,
+    conn_id: u64,
+}
+
+impl LiveClaims {
+    async fn insert(db: &TestDb, server: &str) -> LiveClaims {
+        let mut holder = db.conn().await;
+        let conn_id: u64 = holder
+            .query_first("SELECT CONNECTION_ID()")
+            .await
+            .unwrap()
+            .unwrap();
+        db.insert_rows(
+            "(queue, payload, status, attempts, batch_id, owner_conn, owner_server, claimed_at)",
+            &format!(
+                "('other', 'x', 'claimed', 1, 7, {conn_id}, '{server}', NOW(6) - INTERVAL 1 HOUR)"
+            ),
+            1000,
+        )
+        .await;
+        LiveClaims { holder, conn_id }
+    }
+
+    /// Asserts that every one of them is still claimed by its live connection, which is still
+    /// open.
+    async fn untouched(mut self, db: &TestDb) {
+        assert_eq!(
+            db.count(&format!(
+                "status = 'claimed' AND batch_id = 7 AND owner_conn = {}",
+                self.conn_id
+            ))
+            .await,
+            1000,
+            "a live claim was touched"
+        );
+        self.holder.query_drop("DO 1").await.unwrap();
+    }
+}
+
 /// A thousand long jobs claimed an hour ago by a live connection, and one claim of a dead
 /// one made since: the reaper pages through every old claim, not only the oldest thousand.
 #[tokio::test(flavor = "multi_thread")]
@@ -336,22 +378,7 @@ async fn a_dead_claim_behind_a_thousand_older_live_ones_is_put_back() {
     let db = TestDb::new("reaper_pages").await;
     let config = db.config("concurrency = 1", "");
     let server = db.server_id().await.to_string();
-    // The live claimer: this connection, open for the whole test. Its jobs are of a queue the
-    // instance does not serve.
-    let mut holder = db.conn().await;
-    let live_conn: u64 = holder
-        .query_first("SELECT CONNECTION_ID()")
-        .await
-        .unwrap()
-        .unwrap();
-    db.insert_rows(
-        "(queue, payload, status, attempts, batch_id, owner_conn, owner_server, claimed_at)",
-        &format!(
-            "('other', 'x', 'claimed', 1, 7, {live_conn}, '{server}', NOW(6) - INTERVAL 1 HOUR)"
-        ),
-        1000,
-    )
-    .await;
+    let live = LiveClaims::insert(&db, &server).await;
     let dead = db
         .insert_sql(&format!(
             "INSERT INTO myjob_jobs (queue, payload, status, attempts, batch_id, owner_conn, \
@@ -366,15 +393,7 @@ async fn a_dead_claim_behind_a_thousand_older_live_ones_is_put_back() {
     assert!(worker
         .log_text()
         .contains("reaper: stale claim put back: its claimer's connection 999999999 is gone"));
-    assert_eq!(
-        db.count(&format!(
-            "status = 'claimed' AND batch_id = 7 AND owner_conn = {live_conn}"
-        ))
-        .await,
-        1000,
-        "a live claim was touched"
-    );
-    holder.query_drop("DO 1").await.unwrap();
+    live.untouched(&db).await;
 }
 
 /// The reaper pages through claimed jobs in the claim index's order, priority descending:
@@ -385,20 +404,7 @@ async fn a_dead_claim_of_a_lower_priority_behind_a_thousand_live_ones_is_put_bac
     let db = TestDb::new("reaper_priority_pages").await;
     let config = db.config("concurrency = 1", "");
     let server = db.server_id().await.to_string();
-    let mut holder = db.conn().await;
-    let live_conn: u64 = holder
-        .query_first("SELECT CONNECTION_ID()")
-        .await
-        .unwrap()
-        .unwrap();
-    db.insert_rows(
-        "(queue, payload, status, attempts, batch_id, owner_conn, owner_server, claimed_at)",
-        &format!(
-            "('other', 'x', 'claimed', 1, 7, {live_conn}, '{server}', NOW(6) - INTERVAL 1 HOUR)"
-        ),
-        1000,
-    )
-    .await;
+    let live = LiveClaims::insert(&db, &server).await;
     db.conn()
         .await
         .query_drop("UPDATE myjob_jobs SET priority = id % 3")
@@ -419,15 +425,7 @@ async fn a_dead_claim_of_a_lower_priority_behind_a_thousand_live_ones_is_put_bac
     assert!(worker
         .log_text()
         .contains("reaper: stale claim put back: its claimer's connection 999999999 is gone"));
-    assert_eq!(
-        db.count(&format!(
-            "status = 'claimed' AND batch_id = 7 AND owner_conn = {live_conn}"
-        ))
-        .await,
-        1000,
-        "a live claim was touched"
-    );
-    holder.query_drop("DO 1").await.unwrap();
+    live.untouched(&db).await;
 }
 
 /// The queue column is binary: a claim of a queue whose name is not UTF-8 (an UPDATE of the
