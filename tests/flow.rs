@@ -364,26 +364,9 @@ async fn the_flash_sale_sells_each_unit_once_in_arrival_order() {
     let mut conn = db.conn().await;
     let schema = std::fs::read_to_string(examples.join("flash-sale/schema.sql")).unwrap();
     conn.query_drop(schema).await.unwrap();
-    conn.query_drop(
-        "INSERT INTO products (id, stock) VALUES (1, 10), (2, 10), (3, 10), (4, 10), (5, 10), \
-         (6, 10), (7, 10), (8, 10), (9, 10), (10, 10)",
-    )
-    .await
-    .unwrap();
     // The web requests: 1,000 orders, the products interleaved, then a job per order.
-    let orders: Vec<String> = (0..1000).map(|i| format!("({})", i % 10 + 1)).collect();
-    conn.query_drop(format!(
-        "INSERT INTO orders (product) VALUES {}",
-        orders.join(", ")
-    ))
-    .await
-    .unwrap();
-    conn.query_drop(
-        "INSERT INTO myjob_jobs (queue, concurrency_key, payload) \
-         SELECT 'orders', CONCAT('product-', product), id FROM orders ORDER BY id",
-    )
-    .await
-    .unwrap();
+    let sale = std::fs::read_to_string(examples.join("flash-sale/sale.sql")).unwrap();
+    conn.query_drop(sale).await.unwrap();
     let config = db.path("myjob.toml");
     std::fs::write(
         &config,
