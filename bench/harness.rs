@@ -81,6 +81,26 @@ pub(crate) struct Bench {
     pub(crate) report: String,
 }
 
+/// Makes `myjob_bench` afresh through `root` and has the build `bin` migrate it, with a
+/// `config` that names it.
+pub(crate) async fn migrated_by(mut root: Conn, bin: &Path, config: &Path) {
+    root.query_drop("DROP DATABASE IF EXISTS myjob_bench")
+        .await
+        .unwrap();
+    root.query_drop("CREATE DATABASE myjob_bench")
+        .await
+        .unwrap();
+    let migrated = Command::new(bin)
+        .args(["--config", config.to_str().unwrap(), "migrate"])
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}'s migrate: {migrated:?}",
+        bin.display()
+    );
+}
+
 impl Bench {
     pub(crate) fn line(&mut self, s: &str) {
         println!("{s}");
@@ -146,21 +166,7 @@ impl Bench {
     /// A fresh `myjob_bench` on a table another build of myjob (`bin`, with `config`) made
     /// with its own `migrate`: a baseline's run.
     pub(crate) async fn fresh_of(&self, bin: &Path, config: &Path) -> Conn {
-        let mut root = self.root().await;
-        root.query_drop("DROP DATABASE IF EXISTS myjob_bench")
-            .await
-            .unwrap();
-        root.query_drop("CREATE DATABASE myjob_bench")
-            .await
-            .unwrap();
-        let migrated = Command::new(bin)
-            .args(["--config", config.to_str().unwrap(), "migrate"])
-            .output()
-            .unwrap();
-        assert!(
-            migrated.status.success(),
-            "the baseline's migrate: {migrated:?}"
-        );
+        migrated_by(self.root().await, bin, config).await;
         self.conn().await
     }
 
@@ -229,23 +235,35 @@ impl Bench {
         instance: usize,
         filter: &str,
     ) -> Child {
-        let log = std::fs::File::create(self.dir.join(format!("worker-{instance}.log"))).unwrap();
-        Command::new(bin)
-            .args([
-                "--config",
-                config.to_str().unwrap(),
-                "run",
-                "--instance",
-                &instance.to_string(),
-            ])
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .env("MYJOB_LOG", filter)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
+        self.command_of(bin, config, instance, filter)
             .spawn()
             .unwrap()
+    }
+
+    /// The command [`Bench::start_of`] spawns: its log in the bench's directory.
+    pub(crate) fn command_of(
+        &self,
+        bin: &Path,
+        config: &Path,
+        instance: usize,
+        filter: &str,
+    ) -> Command {
+        let log = std::fs::File::create(self.dir.join(format!("worker-{instance}.log"))).unwrap();
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--instance",
+            &instance.to_string(),
+        ])
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NOTIFY_SOCKET")
+        .env("MYJOB_LOG", filter)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+        cmd
     }
 
     /// Jobs/s of `instances` × `concurrency` on `size.jobs` pending jobs, from the first claim

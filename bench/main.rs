@@ -17,6 +17,7 @@ mod capacity;
 mod ceilings;
 mod explain;
 mod flow;
+mod galera;
 mod growth;
 mod harness;
 mod heal;

@@ -110,6 +110,12 @@ impl Bench {
             self.storage_item().await;
             return;
         }
+        if alone("--galera-only") {
+            // For working on item 20 alone.
+            self.line(head);
+            self.galera_item().await;
+            return;
+        }
         if alone("--cat-only") {
             // For working on item 2: the spawn ceiling, then `cat` per job at concurrency 32,
             // with where the CPU goes.
@@ -171,6 +177,8 @@ impl Bench {
         self.memory_item().await;
         // 19. The storage's hot path against myjob before its second design.
         self.storage_item().await;
+        // 20. A Galera cluster's conflicts, against myjob before its second design.
+        self.galera_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
