@@ -2,7 +2,8 @@
 //! commit before it, on a table its own `migrate` made: `bench/run` builds it and names it in
 //! MYJOB_BENCH_STORAGE_BASELINE_BIN). The no-op handler and a minimal persistent one, 1 × 8,
 //! each build in turn: jobs/s, the server's CPU per job, myjob's own CPU per job, and the
-//! statements the server ran per 1,000 jobs. Medians of the repeats.
+//! statements the server ran per 1,000 jobs; then a producer's single-row INSERT, p50 and
+//! p99. Medians of the repeats.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use mysql_async::prelude::*;
 use mysql_async::Conn;
 
 use crate::harness::{
-    cpu_ticks, drain_rate, mark, median, server_pid, ticks_us, Bench, Handler, Workers, BIN,
+    cpu_ticks, drain_rate, mark, median, percentile, server_pid, ticks_us, Bench, Handler, Workers,
+    BIN,
 };
 
 /// One run's figures.
@@ -68,6 +70,48 @@ impl Bench {
                 None,
             );
         }
+        // A producer's INSERT of one job, as a web request makes it: each build's table in turn.
+        let (mut new_runs, mut old_runs) = (vec![], vec![]);
+        for _ in 0..self.size.repeats {
+            new_runs.push(self.single_inserts(Path::new(BIN), false).await);
+            old_runs.push(self.single_inserts(&old, true).await);
+        }
+        for (what, pick) in [("p50", 0), ("p99", 1)] {
+            let of = |runs: &[[f64; 2]]| median(runs.iter().map(|r| r[pick]).collect());
+            self.hot_line(
+                &format!("a producer's single-row INSERT, autocommit, {what}, µs"),
+                of(&new_runs),
+                of(&old_runs),
+                Some((1.0, false)),
+            );
+        }
+    }
+
+    /// `size.jobs / 10` single-row INSERTs of a plain job, each committed by itself, timed one
+    /// by one after a hundred untimed, on a table `bin`'s own `migrate` made: p50 and p99, µs.
+    async fn single_inserts(&self, bin: &Path, baseline: bool) -> [f64; 2] {
+        let config = self.config(8, &Handler::from("myjob:noop"), "100ms");
+        let mut conn = if baseline {
+            self.fresh_of(bin, &config).await
+        } else {
+            self.fresh().await
+        };
+        let payload = "x".repeat(200);
+        let mut took = Vec::new();
+        for i in 0..100 + self.size.jobs / 10 {
+            let t = Instant::now();
+            conn.exec_drop(
+                "INSERT INTO myjob_jobs (queue, payload) VALUES ('bench', ?)",
+                (&payload,),
+            )
+            .await
+            .unwrap();
+            if i >= 100 {
+                took.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        took.sort_by(f64::total_cmp);
+        [percentile(&took, 0.5), percentile(&took, 0.99)]
     }
 
     /// A line of the item: `new`, its ratio to `old`, and the target, at least (`true`) or at
