@@ -125,7 +125,7 @@ impl Bench {
     async fn conflict_run(&self, bin: &Path, nodes: &[String], jobs: usize) -> Conflicts {
         let queue = format!(
             "[[queue]]\nname = \"bench\"\ncommand = [{:?}]\n",
-            myjob::config::NOOP_HANDLER
+            "myjob:noop"
         );
         let configs = self.on_cluster(bin, nodes, &queue).await;
         let workers = Workers(
