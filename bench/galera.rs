@@ -49,12 +49,7 @@ impl Bench {
         let new = median(new_runs.iter().map(|r| r.per_1000).collect());
         let was = median(old_runs.iter().map(|r| r.per_1000).collect());
         let aborts = |runs: &[Conflicts]| median(runs.iter().map(|r| r.aborts_per_1000).collect());
-        let lost = |runs: &[Conflicts]| {
-            runs.iter()
-                .map(|r| r.inserts_lost.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let lost = |runs: &[Conflicts]| each_run(runs.iter().map(|r| r.inserts_lost));
         self.line(&format!(
             "| Galera, 4 instances over 3 nodes, {jobs} jobs: certification conflicts per 1,000 jobs | {new:.1} | before the second design: {was:.1} | ≤ 1 {} |",
             mark(new <= 1.0)
@@ -70,7 +65,7 @@ impl Bench {
             lost(&old_runs),
             mark(new_runs.iter().all(|r| r.inserts_lost == 0))
         ));
-        if which_php().is_none() {
+        if !has_php() {
             self.line("| Galera: the flash sale | (no php) | | ✗ missed |");
             return;
         }
@@ -79,16 +74,10 @@ impl Bench {
             new_sales.push(self.flash_sale(Path::new(BIN), &nodes).await);
             old_sales.push(self.flash_sale(&old, &nodes).await);
         }
-        let list = |v: &[usize]| {
-            v.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         self.line(&format!(
             "| Galera: the flash sale's tries lost, 1,000 orders, 4 instances over 3 nodes, each run | {} | before: {} | 0 {} |",
-            list(&new_sales),
-            list(&old_sales),
+            each_run(new_sales.iter()),
+            each_run(old_sales.iter()),
             mark(new_sales.iter().all(|&n| n == 0))
         ));
     }
@@ -120,14 +109,11 @@ impl Bench {
         configs
     }
 
-    /// One run of `bin`'s 4 instances: warmed up (on the new build, until each claims in its
-    /// own lane), then `jobs` jobs inserted through the nodes in turn.
+    /// One run of `bin`'s 4 instances: three warm-up rounds (on the new build, time for each
+    /// instance to see the others' lanes), then `jobs` jobs inserted through the nodes in turn.
     async fn conflict_run(&self, bin: &Path, nodes: &[String], jobs: usize) -> Conflicts {
-        let queue = format!(
-            "[[queue]]\nname = \"bench\"\ncommand = [{:?}]\n",
-            "myjob:noop"
-        );
-        let configs = self.on_cluster(bin, nodes, &queue).await;
+        let queue = "[[queue]]\nname = \"bench\"\ncommand = [\"myjob:noop\"]\n";
+        let configs = self.on_cluster(bin, nodes, queue).await;
         let workers = Workers(
             configs
                 .iter()
@@ -143,21 +129,21 @@ impl Bench {
         // remembered, so that the instances have seen each other claim.
         let mut done = 0;
         for _ in 0..3 {
-            done += insert_through(&mut conns, 400, 400).await.0;
+            insert_through(&mut conns, 400, 400).await;
+            done += 400;
             wait_queue_done(&mut conns[0], "bench", done as u64).await;
             tokio::time::sleep(Duration::from_millis(4500)).await;
         }
         let before = conflicts(&mut conns).await;
-        let (inserted, inserts_lost) = insert_through(&mut conns, jobs, 1000).await;
-        wait_queue_done(&mut conns[0], "bench", (done + inserted) as u64).await;
+        let inserts_lost = insert_through(&mut conns, jobs, 1000).await;
+        wait_queue_done(&mut conns[0], "bench", (done + jobs) as u64).await;
         let after = conflicts(&mut conns).await;
         workers.stop();
         // What lost, as the instances said it: on the bench's own output, for reading.
         let mut lost = std::collections::BTreeMap::<String, usize>::new();
         for i in 1..=SPREAD.len() {
-            let path = self.dir.join(format!("worker-{i}.log"));
-            let log = std::fs::read_to_string(&path).unwrap_or_default();
-            let _ = std::fs::rename(&path, self.dir.join(format!("conflicts-{i}.log")));
+            let log = std::fs::read_to_string(self.dir.join(format!("worker-{i}.log")))
+                .unwrap_or_default();
             for line in log.lines().filter(|l| l.contains("trying again")) {
                 let what = line.split(": ").nth(1).unwrap_or("?").to_owned();
                 *lost.entry(what).or_default() += 1;
@@ -229,9 +215,8 @@ impl Bench {
 }
 
 /// Inserts `n` jobs of 200 bytes in INSERTs of `per` rows, through each node in turn, each
-/// tried again when it loses to another node's write. Says how many it inserted and how many
-/// INSERTs lost.
-async fn insert_through(conns: &mut [Conn], n: usize, per: usize) -> (usize, u64) {
+/// tried again when it loses to another node's write. Says how many INSERTs lost.
+async fn insert_through(conns: &mut [Conn], n: usize, per: usize) -> u64 {
     let payload = "x".repeat(200);
     let mut lost = 0;
     for (i, start) in (0..n).step_by(per).enumerate() {
@@ -247,7 +232,7 @@ async fn insert_through(conns: &mut [Conn], n: usize, per: usize) -> (usize, u64
             lost += 1;
         }
     }
-    (n, lost)
+    lost
 }
 
 /// A connection to `myjob_bench` through `node`, whose reads wait for what the cluster
@@ -304,11 +289,15 @@ async fn conflicts(conns: &mut [Conn]) -> (u64, u64) {
     (failed, aborted)
 }
 
-fn which_php() -> Option<()> {
+/// Whether PHP runs here (the flash sale's handler is PHP).
+fn has_php() -> bool {
     std::process::Command::new("php")
         .arg("--version")
         .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| ())
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A figure of each run, in order: `3, 0, 1`.
+fn each_run<T: ToString>(runs: impl Iterator<Item = T>) -> String {
+    runs.map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
 }

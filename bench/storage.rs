@@ -91,11 +91,7 @@ impl Bench {
     /// by one after a hundred untimed, on a table `bin`'s own `migrate` made: p50 and p99, µs.
     async fn single_inserts(&self, bin: &Path, baseline: bool) -> [f64; 2] {
         let config = self.config(8, &Handler::from("myjob:noop"), "100ms");
-        let mut conn = if baseline {
-            self.fresh_of(bin, &config).await
-        } else {
-            self.fresh().await
-        };
+        let mut conn = self.table_of(bin, &config, baseline).await;
         let payload = "x".repeat(200);
         let mut took = Vec::new();
         for i in 0..100 + self.size.jobs / 10 {
@@ -112,6 +108,16 @@ impl Bench {
         }
         took.sort_by(f64::total_cmp);
         [percentile(&took, 0.5), percentile(&took, 0.99)]
+    }
+
+    /// A fresh `myjob_bench` as `bin` makes it: the baseline's own `migrate` (with `config`)
+    /// when `baseline`, this build's otherwise.
+    async fn table_of(&self, bin: &Path, config: &Path, baseline: bool) -> Conn {
+        if baseline {
+            self.fresh_of(bin, config).await
+        } else {
+            self.fresh().await
+        }
     }
 
     /// A line of the item: `new`, its ratio to `old`, and the target, at least (`true`) or at
@@ -133,11 +139,7 @@ impl Bench {
     async fn hot_run(&self, bin: &Path, handler: &Handler, baseline: bool) -> Hot {
         let n = self.size.jobs * 3;
         let config = self.config(8, handler, "100ms");
-        let mut conn = if baseline {
-            self.fresh_of(bin, &config).await
-        } else {
-            self.fresh().await
-        };
+        let mut conn = self.table_of(bin, &config, baseline).await;
         self.insert(&mut conn, n).await;
         let db = server_pid(&self.server);
         let (db0, q0) = (db.map_or(0, cpu_ticks), questions(&mut conn).await);
