@@ -113,7 +113,7 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     eprintln!(
         "index entries read: claim + read of 10: {claimed}; stager with nothing due: {staged}"
     );
-    assert_eq!((n.jobs, got.len()), (10, 10));
+    assert_eq!((n, got.len()), (10, 10));
     assert_eq!(got[0].id, urgent, "priority first");
     assert_eq!(Some(got[1].id), first_due, "then FIFO");
     assert!(

@@ -571,10 +571,9 @@ impl Consumer {
                     None => {
                         let claim = jobs::claim(conn, batch_id, queue, share, &who, lane);
                         let n = self.metrics.within(Op::Claim, limit, claim).await;
-                        n.map(|got| rate::Limited {
-                            claimed: got.jobs,
+                        n.map(|claimed| rate::Limited {
+                            claimed,
                             wait: None,
-                            dry: got.dry,
                         })
                     }
                     Some(rate) => {
@@ -584,9 +583,9 @@ impl Consumer {
                 };
                 if let Ok(got) = &claimed {
                     self.metrics.queue(queue).claimed(got.claimed > 0);
-                    if got.claimed > 0 {
-                        self.lanes.claimed(queue, got.dry);
-                    }
+                    // Tried with room for jobs, whatever it got: this instance keeps its
+                    // lane while it has room, even when the jobs of now are other lanes'.
+                    self.lanes.claimed(queue);
                 }
                 match claimed {
                     Ok(rate::Limited {

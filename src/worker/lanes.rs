@@ -7,13 +7,15 @@
 //! and the instances seen lately split the head between them: instance `k` of `n`, in the
 //! order of their node and name, takes first the jobs whose `CRC32(id) % n` is `k`.
 //!
-//! Only an instance that claimed jobs of a queue since its last refresh says so: one whose
-//! slots are all busy, or whose link is down, drops out of the others' lanes within about
-//! ten seconds (its last stamp up to a [`REFRESH`] after its last claim, counted for
-//! [`SEEN_WITHIN`], read at their next refresh), and they split its part. A lane that runs
-//! dry is topped up from the whole head (see `jobs::claim`), and claims take the whole head
-//! until the next refresh. Two instances that see the lanes differently for a moment only
-//! meet as they would without lanes: the lanes spare conflicts, they guard nothing.
+//! Only an instance that tried to claim jobs of a queue since its last refresh says so: one
+//! whose slots are all busy, or whose link is down, drops out of the others' lanes within
+//! about ten seconds (its last stamp up to a [`REFRESH`] after its last claim, counted for
+//! [`SEEN_WITHIN`], read at their next refresh), and they split its part. Until then, its
+//! jobs that wait past `jobs::STEAL_AFTER` are taken by the other lanes' claims (see
+//! `jobs::claim`) when their own lanes run dry. An instance the others have not seen yet
+//! takes only such jobs, and stamps at its first claim, so that it does not race every lane
+//! for the whole head. Two instances that see the lanes differently for a moment only meet
+//! as they would without lanes: the lanes spare conflicts, they guard nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -62,9 +64,6 @@ pub struct Lanes {
     next_prune: Instant,
     /// The queues claimed from since the last refresh: the ones stamped at the next.
     claimed: HashSet<String>,
-    /// The queues whose lane ran dry since the last refresh: whole heads until the next, so
-    /// that a dry lane's claim does not read through the other lanes' backlog each time.
-    dry: HashSet<String>,
 }
 
 impl Lanes {
@@ -74,7 +73,6 @@ impl Lanes {
             next: now,
             next_prune: now + PRUNE_EVERY,
             claimed: HashSet::new(),
-            dry: HashSet::new(),
         }
     }
 
@@ -86,23 +84,21 @@ impl Lanes {
     /// The lane `queue`'s next claim takes.
     pub fn of(&self, queue: &str) -> Lane {
         match &self.state {
-            State::Split(_) if self.dry.contains(queue) => Lane::Whole,
             State::Split(lanes) => lanes.get(queue).copied().unwrap_or(Lane::Whole),
             State::Whole | State::Refused => Lane::Whole,
         }
     }
 
-    /// A claim got jobs of `queue`; `dry` when its lane had too few. Called at every claim:
-    /// the name is copied only the first time in a refresh.
-    pub fn claimed(&mut self, queue: &str, dry: bool) {
-        let note = |set: &mut HashSet<String>| {
-            if !set.contains(queue) {
-                set.insert(queue.to_owned());
+    /// A claim of `queue` was made. Called at every claim: the name is copied only the first
+    /// time in a refresh.
+    pub fn claimed(&mut self, queue: &str) {
+        if !self.claimed.contains(queue) {
+            self.claimed.insert(queue.to_owned());
+            // Not one of the lanes yet, it takes almost nothing: stamped at once, it has its
+            // own lane at this refresh, and in the others' at their next.
+            if self.of(queue) == Lane::Joining {
+                self.next = Instant::now();
             }
-        };
-        note(&mut self.claimed);
-        if dry {
-            note(&mut self.dry);
         }
     }
 
@@ -129,7 +125,6 @@ impl Lanes {
         if !galera || queues.is_empty() {
             self.state = State::Whole;
             self.claimed.clear();
-            self.dry.clear();
             return Ok(());
         }
         let me = Claimer {
@@ -158,7 +153,6 @@ impl Lanes {
             Err(e) => return Err(e),
         };
         self.claimed.clear();
-        self.dry.clear();
         let split = queues
             .iter()
             .map(|q| ((*q).to_owned(), lane_of(&seen, q, &me)))
@@ -198,6 +192,7 @@ fn lane_of(seen: &[lanes::Seen], queue: &str, me: &Claimer) -> Lane {
             of: of as u32,
             part: part as u32,
         },
+        (1.., None) => Lane::Joining,
         _ => Lane::Whole,
     }
 }
@@ -214,6 +209,15 @@ mod tests {
                 worker: worker.into(),
             },
         }
+    }
+
+    #[test]
+    fn a_joining_instance_refreshes_at_its_first_claim() {
+        let mut lanes = Lanes::new(Instant::now());
+        lanes.next = Instant::now() + REFRESH;
+        lanes.state = State::Split([("q".to_owned(), Lane::Joining)].into());
+        lanes.claimed("q");
+        assert!(lanes.due(Instant::now()));
     }
 
     #[test]
@@ -236,24 +240,13 @@ mod tests {
         );
         assert_eq!(
             lane_of(&all, "q", &me("c", "1")),
-            Lane::Whole,
-            "not seen: the whole head"
+            Lane::Joining,
+            "not seen yet beside others: none of its own"
         );
-    }
-
-    #[test]
-    fn a_dry_lane_claims_the_whole_head_until_the_next_refresh() {
-        let mut lanes = Lanes::new(Instant::now());
-        let part = Lane::Part { of: 2, part: 1 };
-        lanes.state = State::Split([("q".to_owned(), part)].into());
-        lanes.claimed("q", false);
-        assert_eq!(lanes.of("q"), part);
-        lanes.claimed("q", true);
-        assert_eq!(lanes.of("q"), Lane::Whole);
         assert_eq!(
-            lanes.of("other"),
+            lane_of(&all, "s", &me("c", "1")),
             Lane::Whole,
-            "a queue not read: the whole head"
+            "nobody seen: the whole head"
         );
     }
 }

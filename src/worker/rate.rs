@@ -24,8 +24,6 @@ pub struct Limited {
     pub claimed: usize,
     /// The budget ran out before the queue did: ask again after this long.
     pub wait: Option<Duration>,
-    /// The claim's lane ran dry (see `jobs::Claimed`).
-    pub dry: bool,
 }
 
 /// Claims up to `want` jobs of `queue` within its rate limit, in batch `batch_id`. Every
@@ -48,7 +46,6 @@ pub async fn claim(
             return Ok(Limited {
                 claimed: 0,
                 wait: Some(LOST_RACE),
-                dry: false,
             })
         }
         Err(e) => return Err(e),
@@ -61,11 +58,10 @@ pub async fn claim(
         return Ok(Limited {
             claimed: 0,
             wait: Some(wait),
-            dry: false,
         });
     }
-    let (n, dry) = match jobs::claim(conn, batch_id, queue, reserved.granted, who, lane).await {
-        Ok(got) => (got.jobs, got.dry),
+    let n = match jobs::claim(conn, batch_id, queue, reserved.granted, who, lane).await {
+        Ok(n) => n,
         Err(e) => {
             // A claim that lost a race (Galera's certification against another node's claim,
             // a lock wait) rolled back for sure: its starts go back to the budget, or every
@@ -84,16 +80,11 @@ pub async fn claim(
         return Ok(Limited {
             claimed: n,
             wait: None,
-            dry,
         });
     }
     // As many as the budget allowed, fewer than wanted: it is spent.
     let wait = (n < want).then(|| micros(reserved.wait_us));
-    Ok(Limited {
-        claimed: n,
-        wait,
-        dry,
-    })
+    Ok(Limited { claimed: n, wait })
 }
 
 /// Gives back `unused` starts of `reserved` (see [`queues::refund`]), once more if that

@@ -84,22 +84,71 @@ pub const CLAIM: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
      WHERE status = 'pending' AND queue = ? AND run_at <= NOW(6) \
      ORDER BY status, queue, priority DESC, id LIMIT ?";
 
-/// The claim of one lane's jobs (see [`Lane`]): [`CLAIM`] with the lane's jobs only.
-const CLAIM_LANE: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
-     SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), owner_server = ?, \
-         worker = ?, claimed_at = NOW(6), attempts = LEAST(attempts + 1, 4294967295) \
-     WHERE status = 'pending' AND queue = ? AND run_at <= NOW(6) AND CRC32(id) % ? = ? \
+/// The head of a queue as a lane sees it (see [`claim`]): its first due jobs in run order,
+/// read without a lock, each with the hash that says its lane and whether it has waited
+/// longer than [`STEAL_AFTER`].
+const LANE_WINDOW: &str = "SELECT id, CRC32(id), run_at <= NOW(6) - INTERVAL ? MICROSECOND \
+     FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
+     WHERE status = 'pending' AND queue = ? AND run_at <= NOW(6) \
      ORDER BY status, queue, priority DESC, id LIMIT ?";
+
+/// How long a due job of another lane waits for its own instance before a lane's claim takes
+/// it: two of the default poll intervals, so that an idle instance has seen its jobs by then.
+pub const STEAL_AFTER: Duration = Duration::from_secs(1);
+
+/// How many rows of the head a lane's claim of `limit` reads: twice its share and at least
+/// 64, so that a lane finds its own jobs there however they fall, and a bound on what one
+/// claim reads.
+fn window(limit: usize, of: u32) -> usize {
+    (limit * of as usize * 2).clamp(64, 4_000)
+}
+
+/// What a lane's claim takes of the head it read: its own jobs in run order, and when the
+/// head was shorter than the window (the lane ran dry, the queue is nearly drained), the
+/// others' that have waited past [`STEAL_AFTER`] (their instance is busy, stopped or cut
+/// off), the last of them first: their own lane's claim takes them from the first, and the
+/// two meet only when the lane has fewer left than both want. Behind a backlog a lane takes
+/// its own jobs only, so that it never races the lane whose jobs are at the head; an
+/// instance that stopped claiming leaves the lanes within seconds (see `worker::lanes`), and
+/// its jobs are then the others' own.
+fn pick(head: &[(u64, bool, bool)], limit: usize, window: usize) -> Vec<u64> {
+    let own = head.iter().filter(|(_, own, _)| *own);
+    let dry = head.len() < window;
+    let waited = head
+        .iter()
+        .rev()
+        .filter(|(_, own, waited)| dry && !*own && *waited);
+    own.chain(waited)
+        .map(|(id, _, _)| *id)
+        .take(limit)
+        .collect()
+}
 
 /// Which part of a queue's head a claim takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
     /// All of it: not a Galera node, or the only instance that claims from the queue.
     Whole,
-    /// The jobs whose `CRC32(id) % of` is `part`, first: one of `of` instances that claim
-    /// from the queue through Galera nodes. A hash, not `id % of`: Galera's auto-increment gives the rows one node
-    /// inserts ids a cluster size apart, all in one residue.
+    /// The jobs whose `CRC32(id) % of` is `part`, and the others' that waited too long: one
+    /// of `of` instances that claim from the queue through Galera nodes. A hash, not `id %
+    /// of`: Galera's auto-increment gives the rows one node inserts ids a cluster size
+    /// apart, all in one residue.
     Part { of: u32, part: u32 },
+    /// None of its own yet, only the others' that waited too long: other instances claim
+    /// from the queue through Galera nodes and have not seen this one yet. Claiming the
+    /// whole head would race each of their lanes.
+    Joining,
+}
+
+impl Lane {
+    /// Whether a job whose `CRC32(id)` is `crc` is this lane's own.
+    fn owns(self, crc: u32) -> bool {
+        match self {
+            Lane::Whole => true,
+            Lane::Part { of, part } => crc % of == part,
+            Lane::Joining => false,
+        }
+    }
 }
 
 /// Claims up to `limit` due jobs of one queue with the batch_id pattern: the UPDATE stamps
@@ -112,11 +161,14 @@ pub enum Lane {
 /// constant as status and queue are: MariaDB's UPDATE follows the index only then, and sorts
 /// every pending row of the queue otherwise.
 ///
-/// With a [`Lane::Part`], the lane's jobs first, then, when they are too few, the rest from
-/// the whole head under the same batch (and the claim says the lane ran dry). myjob's sessions
-/// run at READ COMMITTED (see `db::session_setup`), which releases at once the lock on each
-/// row a lane's claim reads and skips (another lane's): on Galera, a node's applier aborts a
-/// local transaction that holds a lock on a row the write set it applies changes.
+/// With a [`Lane::Part`] (or [`Lane::Joining`]), the lane reads the head's first rows without a lock and claims by
+/// primary key its own jobs, and when the lane ran dry, those of other lanes that waited past
+/// [`STEAL_AFTER`] (see [`pick`]). Two
+/// instances through two Galera nodes then seldom write one row, which would be a
+/// certification conflict. And the claim locks only what it takes: an UPDATE that walks the
+/// claim index keeps, until it commits, its lock on the index entry of every row it walks
+/// past (another lane's) even at READ COMMITTED, which releases only the row's own, and a
+/// node's applier that must change such a row aborts the local claim that holds it.
 pub async fn claim(
     conn: &mut Conn,
     batch_id: u64,
@@ -124,71 +176,74 @@ pub async fn claim(
     limit: usize,
     who: &Claimer<'_>,
     lane: Lane,
-) -> anyhow::Result<Claimed> {
-    let whole = |limit: usize| (batch_id, who.owner_server, who.worker, queue, limit as u64);
-    let Lane::Part { of, part } = lane else {
-        conn.exec_drop(CLAIM, whole(limit))
+) -> anyhow::Result<usize> {
+    let of = match lane {
+        Lane::Whole => {
+            conn.exec_drop(
+                CLAIM,
+                (batch_id, who.owner_server, who.worker, queue, limit as u64),
+            )
             .await
             .with_context(|| format!("claiming jobs of queue {queue}"))?;
-        return Ok(Claimed {
-            jobs: conn.affected_rows() as usize,
-            dry: false,
-        });
-    };
-    conn.exec_drop(
-        CLAIM_LANE,
-        (
-            batch_id,
-            who.owner_server,
-            who.worker,
-            queue,
-            of,
-            part,
-            limit as u64,
-        ),
-    )
-    .await
-    .with_context(|| format!("claiming jobs of queue {queue}'s lane {part} of {of}"))?;
-    let got = conn.affected_rows() as usize;
-    if got == limit {
-        return Ok(Claimed {
-            jobs: got,
-            dry: false,
-        });
-    }
-    // The lane's claim committed: what it got is claimed whatever becomes of the rest, and
-    // must be read back. So an error here is the claim's only when there is nothing to read.
-    match conn.exec_drop(CLAIM, whole(limit - got)).await {
-        Ok(()) => Ok(Claimed {
-            jobs: got + conn.affected_rows() as usize,
-            dry: true,
-        }),
-        Err(e) if got > 0 => {
-            let e = anyhow::Error::new(e);
-            let line = format!(
-                "consumer: claiming the rest of queue {queue}'s head: {}; its lane's {got} jobs are claimed",
-                crate::error::chain(&*e)
-            );
-            // A lost race is what claims of one head through two Galera nodes expect.
-            match crate::db::classify(&e) {
-                crate::db::Failure::Conflict => tracing::debug!("{line}"),
-                _ => tracing::warn!("{line}"),
-            }
-            Ok(Claimed {
-                jobs: got,
-                dry: true,
-            })
+            return Ok(conn.affected_rows() as usize);
         }
-        Err(e) => Err(anyhow::Error::new(e).context(format!("claiming jobs of queue {queue}"))),
+        Lane::Part { of, .. } => of,
+        Lane::Joining => 1,
+    };
+    let waited = STEAL_AFTER.as_micros() as u64;
+    let window = window(limit, of);
+    let head: Vec<(u64, u32, bool)> = conn
+        .exec(LANE_WINDOW, (waited, queue, window as u64))
+        .await
+        .with_context(|| format!("reading queue {queue}'s head for its {lane}"))?;
+    let head: Vec<(u64, bool, bool)> = head
+        .into_iter()
+        .map(|(id, crc, waited)| (id, lane.owns(crc), waited))
+        .collect();
+    claim_ids(conn, batch_id, queue, &pick(&head, limit, window), who)
+        .await
+        .with_context(|| format!("claiming jobs of queue {queue}'s {lane}"))
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lane::Whole => write!(f, "whole head"),
+            Lane::Part { of, part } => write!(f, "lane {part} of {of}"),
+            Lane::Joining => write!(f, "lane to come"),
+        }
     }
 }
 
-/// What one [`claim`] got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Claimed {
-    pub jobs: usize,
-    /// Its lane had too few jobs, and the rest came from the whole head.
-    pub dry: bool,
+/// The claim of jobs a lane picked from its window, by their primary keys: it locks only the
+/// rows it stamps. A job another claim took since it was read is no longer pending
+/// and is left alone.
+async fn claim_ids(
+    conn: &mut Conn,
+    batch_id: u64,
+    queue: &str,
+    ids: &[u64],
+    who: &Claimer<'_>,
+) -> anyhow::Result<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let (list, ids) = in_list(ids);
+    let mut params: Vec<Value> = vec![batch_id.into(), who.owner_server.into(), who.worker.into()];
+    params.extend(ids);
+    params.push(queue.into());
+    conn.exec_drop(
+        format!(
+            "UPDATE myjob_jobs \
+             SET status = 'claimed', batch_id = ?, owner_conn = CONNECTION_ID(), \
+                 owner_server = ?, worker = ?, claimed_at = NOW(6), \
+                 attempts = LEAST(attempts + 1, 4294967295) \
+             WHERE id IN ({list}) AND status = 'pending' AND queue = ? AND run_at <= NOW(6)"
+        ),
+        Params::Positional(params),
+    )
+    .await?;
+    Ok(conn.affected_rows() as usize)
 }
 
 /// The claim of one suspect into an instance's quarantine slot (see [`claim_suspect`]).
@@ -1179,5 +1234,42 @@ mod tests {
         assert!(cut.len() <= LAST_ERROR_MAX, "{}", cut.len());
         assert!(cut.len() > LAST_ERROR_MAX - CUT_MARK.len() - 3);
         assert!(cut.starts_with('\u{FFFD}') && cut.ends_with(CUT_MARK));
+    }
+
+    #[test]
+    fn a_lane_takes_its_own_jobs_then_the_others_that_waited() {
+        // (id, the lane's own, waited past STEAL_AFTER)
+        let head = [
+            (1, false, false),
+            (2, true, false),
+            (3, false, true),
+            (4, false, false),
+            (5, true, true),
+            (6, true, false),
+        ];
+        let mut more = head.to_vec();
+        more.push((7, false, true));
+        assert_eq!(
+            pick(&more, 10, 8),
+            vec![2, 5, 6, 7, 3],
+            "dry: and the waited, the last first"
+        );
+        assert_eq!(
+            pick(&head, 2, 8),
+            vec![2, 5],
+            "its own first, up to the limit"
+        );
+        assert_eq!(
+            pick(&head, 10, 6),
+            vec![2, 5, 6],
+            "behind a backlog: its own only"
+        );
+        assert!(
+            pick(&[(1, false, false)], 10, 8).is_empty(),
+            "another's fresh job"
+        );
+        assert_eq!(window(100, 4), 800);
+        assert_eq!(window(1_000, 16), 4_000, "bounded");
+        assert_eq!(window(2, 2), 64, "at least 64");
     }
 }
