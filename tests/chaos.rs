@@ -202,7 +202,7 @@ async fn chaos() {
         assert!(systemd.is_none(), "partitions are run as processes");
         for (i, url) in urls.iter_mut().enumerate() {
             let (host, reached) =
-                Host::reaching(101 + i as u8, &format!("chaos-{}", i + 1), url).await;
+                Host::reaching(21 + i as u8, &format!("chaos-{}", i + 1), url).await;
             hosts.push(host);
             *url = reached;
         }

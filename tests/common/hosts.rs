@@ -28,9 +28,25 @@ pub struct Host {
     relays: Vec<Proxy>,
 }
 
+/// The block of host numbers of the server under test: the suite runs the servers' stages
+/// side by side, and each needs namespaces, links and addresses of its own.
+fn block() -> u8 {
+    let server = std::env::var("MYJOB_TEST_SERVER_NAME").unwrap_or_default();
+    match server.as_str() {
+        "mariadb11" => 1,
+        "mysql" => 2,
+        "galera" => 3,
+        "replicas" => 4,
+        _ => 0,
+    }
+}
+
 impl Host {
-    /// Makes host `n` (1 to 254) afresh, named `hostname`.
+    /// Makes host `n` (1 to 49) afresh, named `hostname`: host `n` of the server's block of
+    /// 50 (see [`block`]), so that the suites of two servers run side by side.
     pub fn new(n: u8, hostname: &str) -> Host {
+        assert!((1..50).contains(&n), "host {n}: 1 to 49");
+        let n = n + 50 * block();
         let ns = format!("myjob-h{n}");
         let link = format!("myjobh{n}");
         // What an earlier run that was killed left behind.
