@@ -286,6 +286,67 @@ async fn nodes_claim_their_own_lanes_of_a_queue() {
     assert_eq!(fresh, Some(0), "idle instances still stamp their lanes");
 }
 
+/// A lane whose instance is slow does not hold up the others: its instance (one slot, one
+/// second a job) keeps claiming, so it stays one of the lanes, and its backlog fills the
+/// head that the other lane reads. The quick instance takes the slow lane's jobs that have
+/// waited, from the end of what it read; before, behind a head longer than what it read it
+/// took its own jobs only, found none, and the slow lane's jobs ran one a second.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the Galera cluster: run through tests/run"]
+async fn a_slow_lane_does_not_hold_up_the_queue() {
+    const JOBS: u64 = 300;
+    let db = TestDb::new("galera_slow_lane").await;
+    let quick = db.config("concurrency = 8", "");
+    let slow = db.path("slow.toml");
+    edited(&quick, &slow, &[("concurrency = 8", "concurrency = 1")]);
+    let _quick = start_on_nodes(&db, &quick, &[0]);
+    let on_node_1 = db.path("slow-on-node.toml");
+    edited(
+        &slow,
+        &on_node_1,
+        &[(db.url.as_str(), db.node_url(1).as_str())],
+    );
+    // Instance 2 is the slow one, through the second node.
+    let _slow = Worker::start(&on_node_1, "2");
+    let mut conn = db.conn().await;
+    let mut warm = 0;
+    for round in 1.. {
+        db.insert_rows("(queue, payload)", "('q', 'quick')", 50)
+            .await;
+        warm += 50;
+        db.wait_count("status = 'done'", warm, 60).await;
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        let lanes: Option<u64> = conn
+            .query_first(
+                "SELECT COUNT(*) FROM myjob_lanes \
+                 WHERE queue = 'q' AND seen_at >= NOW(6) - INTERVAL 6 SECOND",
+            )
+            .await
+            .unwrap();
+        if lanes == Some(2) {
+            break;
+        }
+        assert!(
+            round < 10,
+            "the instances never both said they claim: {lanes:?}"
+        );
+    }
+    db.insert_rows("(queue, payload)", "('q', 'slow-on:2')", JOBS as usize)
+        .await;
+    // The slow lane's half alone would take 150 s: one a second.
+    let began = Instant::now();
+    db.wait_count("status = 'done'", warm + JOBS, 40).await;
+    let by: Vec<(String, u64)> = conn
+        .query("SELECT worker, COUNT(*) FROM myjob_jobs WHERE payload LIKE 'slow%' GROUP BY worker")
+        .await
+        .unwrap();
+    println!(
+        "galera: {JOBS} jobs, half of them slow on one instance, done in {:?}: {by:?}",
+        began.elapsed()
+    );
+    assert_eq!(db.count("attempts <> 1").await, 0, "each job ran once");
+}
+
 /// `myjob lock` on a Galera cluster, whose named locks hold on one node only, holds a lease
 /// row instead: holders on the three nodes take turns; a holder whose node dies stops its
 /// command and exits 75, and a waiter on another node gets the lock only once the lease has

@@ -8,14 +8,15 @@
 //! order of their node and name, takes first the jobs whose `CRC32(id) % n` is `k`.
 //!
 //! Only an instance that tried to claim jobs of a queue since its last refresh says so: one
-//! whose slots are all busy, or whose link is down, drops out of the others' lanes within
-//! about ten seconds (its last stamp up to a [`REFRESH`] after its last claim, counted for
-//! [`SEEN_WITHIN`], read at their next refresh), and they split its part. Until then, its
-//! jobs that wait past `jobs::STEAL_AFTER` are taken by the other lanes' claims (see
-//! `jobs::claim`) when their own lanes run dry. An instance the others have not seen yet
-//! takes only such jobs, and stamps at its first claim, so that it does not race every lane
-//! for the whole head. Two instances that see the lanes differently for a moment only meet
-//! as they would without lanes: the lanes spare conflicts, they guard nothing.
+//! whose slots are all busy, or whose link is down, drops out of the others' lanes within about
+//! ten seconds (its last stamp up to a [`REFRESH`] after its last claim, counted for
+//! [`SEEN_WITHIN`], read at their next refresh), and they split its part. Until then, its jobs
+//! are taken by the lane before its own once they wait past `jobs::HELP_AFTER`, and by any lane
+//! that runs dry once they wait past `jobs::STEAL_AFTER` (see `jobs::pick`). An instance the
+//! others have not seen yet takes only such jobs, and stamps at its first claim, so that it
+//! does not race every lane for the whole head. Two instances that see the lanes differently
+//! for a moment only meet as they would without lanes: the lanes spare conflicts, they guard
+//! nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

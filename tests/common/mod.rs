@@ -446,6 +446,7 @@ case "$p" in
   slow-if-flag) while [ -e DIR/slow ]; do sleep 0.1; done ;;
   env) env > DIR/env.$MYJOB_JOB_ID ;;
   kill-worker) kill -9 "$PPID"; sleep 5 ;;
+  slow-on:*) if [ "$MYJOB_INSTANCE" = "${p#slow-on:}" ]; then sleep 1; fi ;;
   fail-on:*) sleep "${p##*:}"; x=${p#fail-on:}; if [ "$MYJOB_INSTANCE" = "${x%%:*}" ]; then echo "failed on $MYJOB_INSTANCE" >&2; exit 1; fi ;;
 esac
 echo "handled $MYJOB_JOB_ID"
