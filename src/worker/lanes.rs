@@ -11,8 +11,9 @@
 //! whose slots are all busy, or whose link is down, drops out of the others' lanes within about
 //! ten seconds (its last stamp up to a [`REFRESH`] after its last claim, counted for
 //! [`SEEN_WITHIN`], read at their next refresh), and they split its part. Until then, its jobs
-//! are taken by the lane before its own once they wait past `jobs::HELP_AFTER`, and by any lane
-//! that runs dry once they wait past `jobs::STEAL_AFTER` (see `jobs::pick`). An instance the
+//! are taken by the lane before its own, when it finds none of its own, once they wait past
+//! `jobs::HELP_AFTER`, and by any lane that runs dry once they wait past `jobs::STEAL_AFTER`
+//! (see `jobs::pick`). An instance the
 //! others have not seen yet takes only such jobs, and stamps at its first claim, so that it
 //! does not race every lane for the whole head. Two instances that see the lanes differently
 //! for a moment only meet as they would without lanes: the lanes spare conflicts, they guard

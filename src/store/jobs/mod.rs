@@ -161,9 +161,11 @@ struct Seen {
 /// nodes): a lane that took any lane's waited jobs whenever it had room met the others at
 /// the same last rows of the head (3.9, against 0.2); one that took the next lane's only,
 /// whenever it had room, still met their owner (3.5), and when it found none of its own,
-/// after a second, 1.9 against 0.6. A lane that helped none behind a backlog sat idle while
-/// a slow instance, still claiming and so still one of the lanes, held the head with its
-/// waiting jobs.
+/// after a second, 1.9 against 0.6; any lane's that waited 5 s, whenever it had room, 3.3
+/// against 1.2. A lane that helped none behind a backlog sat idle while a slow instance,
+/// still claiming and so still one of the lanes, held the head with its waiting jobs. What
+/// this leaves: a lane that finds even one of its own does not help, so a slow lane's
+/// backlog may grow to a window before the lane before it helps; and only that lane helps.
 fn pick(head: &[Seen], limit: usize, window: usize) -> Vec<u64> {
     let dry = head.len() < window;
     let starved = !head.iter().any(|s| s.kin == Kin::Own);
