@@ -422,9 +422,13 @@ async fn a_dead_claim_of_a_lower_priority_behind_a_thousand_live_ones_is_put_bac
     let worker = Worker::start(&config, "1");
     db.wait_count(&format!("id = {dead} AND status = 'pending'"), 1, 20)
         .await;
-    assert!(worker
-        .log_text()
-        .contains("reaper: stale claim put back: its claimer's connection 999999999 is gone"));
+    // The reaper says so once its put-back has committed: a moment after the row shows it.
+    worker
+        .wait_log(
+            "reaper: stale claim put back: its claimer's connection 999999999 is gone",
+            5,
+        )
+        .await;
     live.untouched(&db).await;
 }
 
@@ -444,6 +448,9 @@ async fn a_dead_claim_of_a_queue_named_in_bytes_that_are_not_utf8_is_put_back() 
         .await;
     let mut worker = Worker::start(&config, "1");
     db.wait_count(&format!("id = {dead} AND status = 'pending'"), 1, 20)
+        .await;
+    worker
+        .wait_log(&format!("job_id={dead} attempt=1"), 5)
         .await;
     assert!(!worker.exited(), "{}", worker.log_text());
     let log = worker.log_text();
