@@ -5,8 +5,10 @@
 //! - [`reaper`]: puts back the claims of dead workers, and deletes finished jobs past their
 //!   retention ([`purge`]);
 //! - [`stager`]: moves scheduled jobs that came due to where claims find them;
+//! - [`scheduler`]: enqueues the ticks of the config's `[[schedule]]`s, each once;
 //! - [`store`]: every SQL statement, one file per table;
-//! - [`daemon`]: `myjob run`, which starts both as [`tasks`] and stops them in order.
+//! - [`daemon`]: `myjob run`, which starts the consumer, the reaper, the stager and the
+//!   scheduler as [`tasks`] and stops them in order.
 
 pub mod cli;
 pub mod config;

@@ -1,8 +1,9 @@
-//! The instance's long-lived tasks: the consumer and the reaper. Each runs until the shutdown.
-//! One that ends before it (a panic: a bug) must end the process with an error, so that
-//! systemd restarts it, rather than leave a process that looks alive and does nothing: a dead
-//! reaper puts back no claim, and a dead consumer claims nothing while the watchdog, if there
-//! is one, takes a whole period to notice.
+//! The instance's long-lived tasks: the consumer, the reaper, the stager and the scheduler
+//! (`daemon::run` spawns them). Each runs until the shutdown. One that ends before it (a
+//! panic: a bug) must end the process with an error, so that systemd restarts it, rather than
+//! leave a process that looks alive and does nothing: a dead reaper puts back no claim, and a
+//! dead consumer claims nothing while the watchdog, if there is one, takes a whole period to
+//! notice.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -197,32 +197,8 @@ async fn nodes_claim_their_own_lanes_of_a_queue() {
     let db = TestDb::new("galera_lanes").await;
     let config = db.config("concurrency = 8", "");
     let workers = start_on_nodes(&db, &config, &[0, 1, 2, 0]);
-    // An instance says it claims from a queue once it has: rounds of jobs until all four
-    // have, then a pause shorter than a lane is remembered, so that every instance has read
-    // the four lanes since.
     let mut conn = db.conn().await;
-    let mut warm = 0;
-    for round in 1.. {
-        db.insert_rows("(queue, payload)", "('q', 'quick')", 200)
-            .await;
-        warm += 200;
-        db.wait_count("status = 'done'", warm, 60).await;
-        tokio::time::sleep(Duration::from_millis(4500)).await;
-        let lanes: Option<u64> = conn
-            .query_first(
-                "SELECT COUNT(*) FROM myjob_lanes \
-                 WHERE queue = 'q' AND seen_at >= NOW(6) - INTERVAL 6 SECOND",
-            )
-            .await
-            .unwrap();
-        if lanes == Some(4) {
-            break;
-        }
-        assert!(
-            round < 10,
-            "the instances never all said they claim: {lanes:?}"
-        );
-    }
+    let warm = settle_lanes(&db, &mut conn, 200, 4).await;
     let first: u64 = conn
         .query_first("SELECT MAX(id) FROM myjob_jobs")
         .await
@@ -235,25 +211,8 @@ async fn nodes_claim_their_own_lanes_of_a_queue() {
     db.wait_count("status = 'done'", warm + JOBS, 180).await;
     let on_nodes = conflicts_on_nodes(&db).await - before;
     assert_eq!(db.count("attempts <> 1").await, 0, "each job ran once");
-    let lanes: Vec<(String, String)> = conn
-        .query("SELECT server, worker FROM myjob_lanes WHERE queue = 'q' ORDER BY server, worker")
-        .await
-        .unwrap();
-    assert_eq!(lanes.len(), 4, "{lanes:?}");
-    let by_lane: Vec<(String, String, u64)> = conn
-        .exec(
-            "SELECT owner_server, worker, CRC32(id) % 4 FROM myjob_jobs WHERE id > ?",
-            (first,),
-        )
-        .await
-        .unwrap();
-    assert_eq!(by_lane.len() as u64, JOBS);
-    let in_lane = by_lane
-        .iter()
-        .filter(|(server, worker, lane)| {
-            lanes.iter().position(|(s, w)| s == server && w == worker) == Some(*lane as usize)
-        })
-        .count();
+    let (in_lane, claimed) = in_lanes(&mut conn, first, 4).await;
+    assert_eq!(claimed, JOBS);
     let mut conflicts = 0;
     for (w, from) in workers.iter().zip(warm_logs) {
         for line in w.log_text()[from..].lines() {
@@ -265,7 +224,7 @@ async fn nodes_claim_their_own_lanes_of_a_queue() {
     }
     println!("galera: {JOBS} jobs, 4 instances over 3 nodes: {in_lane} claimed in their lane, {conflicts} conflicts tried again, {on_nodes} on the nodes");
     assert!(
-        in_lane as u64 >= JOBS * 8 / 10,
+        in_lane >= JOBS * 8 / 10,
         "{in_lane} of {JOBS} jobs claimed by their lane's instance"
     );
     // A lane's claim that walked the claim index kept its lock on each row of the other
@@ -309,28 +268,7 @@ async fn a_slow_lane_does_not_hold_up_the_queue() {
     // Instance 2 is the slow one, through the second node.
     let _slow = Worker::start(&on_node_1, "2");
     let mut conn = db.conn().await;
-    let mut warm = 0;
-    for round in 1.. {
-        db.insert_rows("(queue, payload)", "('q', 'quick')", 50)
-            .await;
-        warm += 50;
-        db.wait_count("status = 'done'", warm, 60).await;
-        tokio::time::sleep(Duration::from_millis(4500)).await;
-        let lanes: Option<u64> = conn
-            .query_first(
-                "SELECT COUNT(*) FROM myjob_lanes \
-                 WHERE queue = 'q' AND seen_at >= NOW(6) - INTERVAL 6 SECOND",
-            )
-            .await
-            .unwrap();
-        if lanes == Some(2) {
-            break;
-        }
-        assert!(
-            round < 10,
-            "the instances never both said they claim: {lanes:?}"
-        );
-    }
+    let warm = settle_lanes(&db, &mut conn, 50, 2).await;
     db.insert_rows("(queue, payload)", "('q', 'slow-on:2')", JOBS as usize)
         .await;
     // The slow lane's half alone would take 150 s: one a second.
@@ -683,6 +621,63 @@ file_put_contents('DIR/placed', $placed ? 'true' : 'false');
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(std::fs::read_to_string(db.path("placed")).unwrap(), "true");
+}
+
+/// Rounds of `rows` quick jobs on queue q until `lanes` instances say they claim from it
+/// (myjob_lanes) and each has read the others: a round's jobs then go to their lanes. No
+/// pause between rounds: an instance that stops claiming stops stamping its lane, and the
+/// others drop it a few seconds later, so a test's burst must come while they all claim.
+/// Returns the jobs run.
+async fn settle_lanes(db: &TestDb, conn: &mut mysql_async::Conn, rows: usize, lanes: u32) -> u64 {
+    let mut done = 0;
+    for round in 1.. {
+        let last: u64 = conn
+            .query_first("SELECT COALESCE(MAX(id), 0) FROM myjob_jobs")
+            .await
+            .unwrap()
+            .unwrap();
+        db.insert_rows("(queue, payload)", "('q', 'quick')", rows)
+            .await;
+        done += rows as u64;
+        db.wait_count("status = 'done'", done, 60).await;
+        let (in_lane, claimed) = in_lanes(conn, last, lanes).await;
+        if in_lane * 10 >= claimed * 9 {
+            return done;
+        }
+        assert!(
+            round < 40,
+            "the {lanes} instances never split the queue: {in_lane} of {claimed} jobs in their lane"
+        );
+    }
+    unreachable!()
+}
+
+/// Of queue q's jobs after `id`, how many the instance of their lane claimed, and how many
+/// there are, with `lanes` instances seen claiming lately in order of their node and name
+/// (as `worker::lanes` orders them). None in a lane while fewer say they claim.
+async fn in_lanes(conn: &mut mysql_async::Conn, id: u64, lanes: u32) -> (u64, u64) {
+    let seen: Vec<(String, String)> = conn
+        .query(
+            "SELECT server, worker FROM myjob_lanes \
+             WHERE queue = 'q' AND seen_at >= NOW(6) - INTERVAL 6 SECOND ORDER BY server, worker",
+        )
+        .await
+        .unwrap();
+    let by_lane: Vec<(String, String, u32)> = conn
+        .exec(
+            "SELECT owner_server, worker, CRC32(id) % ? FROM myjob_jobs WHERE id > ?",
+            (lanes, id),
+        )
+        .await
+        .unwrap();
+    let in_lane = by_lane
+        .iter()
+        .filter(|(server, worker, lane)| {
+            seen.len() == lanes as usize
+                && seen.iter().position(|(s, w)| s == server && w == worker) == Some(*lane as usize)
+        })
+        .count();
+    (in_lane as u64, by_lane.len() as u64)
 }
 
 /// The certification failures and brute-force aborts of the three nodes so far.

@@ -47,6 +47,22 @@ pub fn bin() -> &'static str {
 }
 
 /// A database of the test's own, created empty (and migrated) and dropped at the end.
+/// Runs `ddl`, tried again a few times after a lock wait timeout: on a Galera node a DDL
+/// statement waits for the whole cluster, and a node still applying or purging another test's
+/// writes has made it time out (1205) where nothing of this test's held a lock.
+async fn ddl_retried(conn: &mut Conn, ddl: &str) {
+    for attempt in 1.. {
+        match conn.query_drop(ddl).await {
+            Ok(()) => return,
+            Err(mysql_async::Error::Server(e)) if e.code == 1205 && attempt < 4 => {
+                eprintln!("{ddl}: {e}; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => panic!("{ddl}: {e}"),
+        }
+    }
+}
+
 pub struct TestDb {
     pub name: String,
     pub url: String,
@@ -70,12 +86,12 @@ impl TestDb {
         let mut root = Conn::new(Opts::from_url(&server_url()).unwrap())
             .await
             .expect("cannot reach the test server (tests/run starts it; or set MYJOB_TEST_SERVER)");
-        root.query_drop(format!("DROP DATABASE IF EXISTS {name}"))
-            .await
-            .unwrap();
-        root.query_drop(format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
+        for ddl in [
+            format!("DROP DATABASE IF EXISTS {name}"),
+            format!("CREATE DATABASE {name}"),
+        ] {
+            ddl_retried(&mut root, &ddl).await;
+        }
         let _ = root.disconnect().await;
         TestDb {
             url: format!("{}/{name}", server_url()),
