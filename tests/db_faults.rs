@@ -196,29 +196,32 @@ async fn a_claim_reaped_while_the_database_was_away_keeps_the_new_owners_outcome
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_wait_timeout_shorter_than_a_handler_does_not_cost_the_claim() {
     let db = TestDb::new("wait_timeout").await;
-    let config = db.config("concurrency = 2", "");
-
-    // Sessions opened now get wait_timeout = 5 s: the instance's among them. The global value
-    // is put back as soon as the instance is connected.
+    // The instance's account gets wait_timeout = 5 s at each connect, from init_connect,
+    // which the server runs for accounts without SUPER or CONNECTION_ADMIN: the README's
+    // GRANTs. Not the global wait_timeout: the sessions of every other test then opened
+    // would get it too, and a test that died before putting it back left it for every later
+    // run. init_connect is global as well, but the IF leaves the other accounts' sessions as
+    // they were (cast: MySQL takes no other type for the variable).
+    let (user, password) = common::account(&db, "short_wait", |_| true).await;
     let mut conn = db.conn().await;
-    let old: u64 = conn
-        .query_first("SELECT @@GLOBAL.wait_timeout")
-        .await
-        .unwrap()
-        .unwrap();
-    conn.query_drop("SET GLOBAL wait_timeout = 5")
-        .await
-        .unwrap();
+    conn.query_drop(
+        "SET GLOBAL init_connect = \
+         'SET SESSION wait_timeout = \
+          CAST(IF(LEFT(USER(), 17) = ''myjob_short_wait_'', 5, @@SESSION.wait_timeout) AS UNSIGNED)'",
+    )
+    .await
+    .unwrap();
+    let config = db.config("concurrency = 2", "");
+    let host_and_db = db.url.split_once('@').unwrap().1;
+    let as_user = format!("mysql://{user}:{password}@{host_and_db}");
+    edited(&config, &config, &[(db.url.as_str(), as_user.as_str())]);
     let worker = Worker::start(&config, "1");
     worker.wait_log("consumer: connected", 20).await;
-    let mut probe = db.conn().await;
+    let mut probe = mysql_async::Conn::from_url(as_user.as_str()).await.unwrap();
     let probe_timeout: u64 = probe
         .query_first("SELECT @@SESSION.wait_timeout")
         .await
         .unwrap()
-        .unwrap();
-    conn.query_drop(format!("SET GLOBAL wait_timeout = {old}"))
-        .await
         .unwrap();
     assert_eq!(
         probe_timeout, 5,
