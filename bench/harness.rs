@@ -49,7 +49,7 @@ pub(crate) struct Handler {
     /// Jobs per run, when not the size's own (a slow handler gets fewer).
     pub(crate) jobs: Option<usize>,
     /// Queues the instance serves beside `bench`, with the same handler (see
-    /// [`crate::queues::queue_name`]).
+    /// [`queue_name`]).
     pub(crate) other_queues: usize,
 }
 
@@ -209,7 +209,7 @@ impl Bench {
         for q in 0..=handler.other_queues {
             text += &format!(
                 "[[queue]]\nname = \"{}\"\ncommand = [{}]\npersistent = {}\n",
-                crate::queues::queue_name(q),
+                queue_name(q),
                 argv.join(", "),
                 handler.persistent
             );
@@ -541,5 +541,14 @@ pub(crate) fn mark(ok: bool) -> &'static str {
         "✓"
     } else {
         "✗ missed"
+    }
+}
+
+/// The name of the `q`th queue an instance serves (see [`Bench::config`]): `bench` first, the
+/// one every item fills, then `q1`, `q2`, …
+pub(crate) fn queue_name(q: usize) -> String {
+    match q {
+        0 => "bench".to_owned(),
+        n => format!("q{n}"),
     }
 }

@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::harness::queue_name;
 use crate::harness::{
     cpu_ticks, drain_rate, mark, median, percentile, ticks_us, wait_queue_done, Bench, Handler,
     Workers,
 };
-use crate::queues::queue_name;
 
 /// What a scrape may take.
 const BUDGET_MS: f64 = 50.0;

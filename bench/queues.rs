@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
 
-use crate::harness::{mark, median, Bench, Handler, Workers};
+use crate::harness::{mark, median, queue_name, Bench, Handler, Workers};
 
 impl Bench {
     /// Q = 1, 2 and 10 with one busy, per handler; then Q = 10, all busy. The three take
@@ -100,14 +100,5 @@ impl Bench {
             spreads.push(spread);
         }
         median(spreads)
-    }
-}
-
-/// The name of the `q`th queue an instance serves (see [`Bench::config`]): `bench` first, the
-/// one every item fills, then `q1`, `q2`, …
-pub(crate) fn queue_name(q: usize) -> String {
-    match q {
-        0 => "bench".to_owned(),
-        n => format!("q{n}"),
     }
 }
