@@ -8,11 +8,13 @@
 //! reload gets its series then. The hot path (a claim, a start, an end) updates a queue's
 //! handles found by name, never building a label set.
 
+mod families;
 pub mod queues;
 pub mod server;
 
+pub use families::{Attempts, Database, Handlers};
+
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -22,7 +24,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Registry;
 
 use crate::db;
 
@@ -303,23 +305,9 @@ impl QueueMetrics {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    started: Family<QueueLabel, Counter>,
-    finished: Family<OutcomeLabels, Counter>,
-    duration: Family<QueueLabel, Histogram>,
-    wait: Family<QueueLabel, Histogram>,
-    claims: Family<ClaimLabels, Counter>,
-    processes: Family<ProcessLabels, Gauge>,
-    exits: Family<ExitLabels, Counter>,
-    rescued: Family<OutcomeLabel, Counter>,
-    /// Each op's histogram, in [`Op::ALL`]'s order: found without a label set.
-    statements: Vec<Histogram>,
-    errors: Family<ErrorLabels, Counter>,
-    pub slots: Gauge,
-    pub busy: Gauge,
-    pub prefetched: Gauge,
-    pub outcomes_pending: Gauge,
-    pub db_up: Gauge,
-    pub last_claim: Gauge<f64, AtomicU64>,
+    pub attempts: Attempts,
+    pub handlers: Handlers,
+    pub database: Database,
     reloads: Family<ResultLabel, Counter>,
     /// Each queue's handles, by name.
     queues: RwLock<HashMap<String, Arc<QueueMetrics>>>,
@@ -332,130 +320,9 @@ impl Metrics {
     /// `gauges`, the queues' depth is read from the database when this instance leads.
     pub fn new(queue_names: &[&str], gauges: Option<queues::QueueGauges>) -> Metrics {
         let mut registry = Registry::with_prefix("myjob");
-        let started = Family::<QueueLabel, Counter>::default();
-        registry.register(
-            "jobs_started",
-            "Attempts handed to a handler",
-            started.clone(),
-        );
-        let finished = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "jobs_finished",
-            "Attempts ended, by outcome, counted once written: done, retried, failed, cancelled, \
-             released (given back without using up the attempt), lost (the write matched no row: \
-             the claim had been put back while this instance was away, and is another worker's)",
-            finished.clone(),
-        );
-        let duration = Family::<QueueLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(DURATION_BUCKETS)
-        });
-        registry.register_with_unit(
-            "job_duration",
-            "How long a handler ran, from its start to its exit or answer",
-            Unit::Seconds,
-            duration.clone(),
-        );
-        let wait =
-            Family::<QueueLabel, Histogram>::new_with_constructor(|| Histogram::new(WAIT_BUCKETS));
-        registry.register_with_unit(
-            "job_wait",
-            "How long a job waited from due (its run_at) to its handler's start: from the \
-             database's clock to the claim, then this instance's to the start",
-            Unit::Seconds,
-            wait.clone(),
-        );
-        let claims = Family::<ClaimLabels, Counter>::default();
-        registry.register(
-            "claims",
-            "Claim statements, by whether they got jobs",
-            claims.clone(),
-        );
-        let processes = Family::<ProcessLabels, Gauge>::default();
-        registry.register(
-            "persistent_processes",
-            "Persistent handler processes, by state: idle or busy",
-            processes.clone(),
-        );
-        let exits = Family::<ExitLabels, Counter>::default();
-        registry.register(
-            "persistent_process_exits",
-            "Persistent handler processes ended, by reason: recycled (max_jobs_per_process), \
-             idle (idle_timeout, or room made for another queue), reload (its queue changed), \
-             unfit (found dead or writing out of turn while idle), job (it died with its job, \
-             or was killed with it: a timeout, a cancel), shutdown",
-            exits.clone(),
-        );
-        let rescued = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "rescued_jobs",
-            "Claims of dead workers this instance's reaper put back: requeued, or failed (a \
-             poison pill: its workers died under it max_rescues times)",
-            rescued.clone(),
-        );
-        let statements = Family::<OpLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(STATEMENT_BUCKETS)
-        });
-        registry.register_with_unit(
-            "db_statement_duration",
-            "How long the database took to answer, by what was asked (op)",
-            Unit::Seconds,
-            statements.clone(),
-        );
-        let statements = Op::ALL
-            .iter()
-            .map(|op| {
-                statements
-                    .get_or_create(&OpLabel {
-                        op: op.label().to_owned(),
-                    })
-                    .clone()
-            })
-            .collect();
-        let errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "db_errors",
-            "Statements that failed, by op and kind: deadlock (or a Galera certification \
-             conflict), lock_wait, read_only (the server takes no writes), refused, connection \
-             (broken, or no answer in time), other",
-            errors.clone(),
-        );
-        let slots = Gauge::default();
-        registry.register(
-            "handler_slots",
-            "worker.concurrency: handler slots",
-            slots.clone(),
-        );
-        let busy = Gauge::default();
-        registry.register(
-            "handler_slots_busy",
-            "Handler slots running a job",
-            busy.clone(),
-        );
-        let prefetched = Gauge::default();
-        registry.register(
-            "prefetched_jobs",
-            "Jobs claimed ahead, not started yet",
-            prefetched.clone(),
-        );
-        let outcomes_pending = Gauge::default();
-        registry.register(
-            "outcomes_pending",
-            "Outcomes not written yet: held while the database is away",
-            outcomes_pending.clone(),
-        );
-        let db_up = Gauge::default();
-        registry.register(
-            "db_up",
-            "1 while the claim connection is up, 0 while it reconnects",
-            db_up.clone(),
-        );
-        let last_claim = Gauge::<f64, AtomicU64>::default();
-        registry.register_with_unit(
-            "last_claim_timestamp",
-            "When a claim last got jobs, as a Unix time (alert on time() minus it)",
-            Unit::Seconds,
-            last_claim.clone(),
-        );
+        let attempts = Attempts::register(&mut registry);
+        let handlers = Handlers::register(&mut registry);
+        let database = Database::register(&mut registry);
         let reloads = Family::<ResultLabel, Counter>::default();
         registry.register(
             "config_reloads",
@@ -473,22 +340,9 @@ impl Metrics {
         }
         let metrics = Metrics {
             registry,
-            started,
-            finished,
-            duration,
-            wait,
-            claims,
-            processes,
-            exits,
-            rescued,
-            statements,
-            errors,
-            slots,
-            busy,
-            prefetched,
-            outcomes_pending,
-            db_up,
-            last_claim,
+            attempts,
+            handlers,
+            database,
             reloads,
             queues: RwLock::new(HashMap::new()),
             queue_gauges,
@@ -502,7 +356,7 @@ impl Metrics {
             });
         }
         for outcome in ["requeued", "failed"] {
-            let _ = metrics.rescued.get_or_create(&OutcomeLabel {
+            let _ = metrics.attempts.rescued.get_or_create(&OutcomeLabel {
                 outcome: outcome.to_owned(),
             });
         }
@@ -523,19 +377,21 @@ impl Metrics {
             queue: name.to_owned(),
         };
         let handles = QueueMetrics {
-            started: self.started.get_or_create(&queue()).clone(),
+            started: self.attempts.started.get_or_create(&queue()).clone(),
             finished: Outcome::ALL.map(|o| {
-                self.finished
+                self.attempts
+                    .finished
                     .get_or_create(&OutcomeLabels {
                         queue: name.to_owned(),
                         outcome: o.label().to_owned(),
                     })
                     .clone()
             }),
-            duration: self.duration.get_or_create(&queue()).clone(),
-            wait: self.wait.get_or_create(&queue()).clone(),
+            duration: self.attempts.duration.get_or_create(&queue()).clone(),
+            wait: self.attempts.wait.get_or_create(&queue()).clone(),
             claims: ["jobs", "empty"].map(|r| {
-                self.claims
+                self.attempts
+                    .claims
                     .get_or_create(&ClaimLabels {
                         queue: name.to_owned(),
                         result: r.to_owned(),
@@ -543,7 +399,8 @@ impl Metrics {
                     .clone()
             }),
             processes: ["idle", "busy"].map(|s| {
-                self.processes
+                self.handlers
+                    .processes
                     .get_or_create(&ProcessLabels {
                         queue: name.to_owned(),
                         state: s.to_owned(),
@@ -551,7 +408,8 @@ impl Metrics {
                     .clone()
             }),
             exits: ProcessExit::ALL.map(|r| {
-                self.exits
+                self.handlers
+                    .exits
                     .get_or_create(&ExitLabels {
                         queue: name.to_owned(),
                         reason: r.label().to_owned(),
@@ -595,7 +453,8 @@ impl Metrics {
     /// The reaper put a dead worker's claim back (`failed` false) or failed its job.
     pub fn rescued(&self, failed: bool) {
         let outcome = if failed { "failed" } else { "requeued" };
-        self.rescued
+        self.attempts
+            .rescued
             .get_or_create(&OutcomeLabel {
                 outcome: outcome.to_owned(),
             })
@@ -605,11 +464,12 @@ impl Metrics {
     /// A statement (or a pass of several) of kind `op` took `took`, and failed with `error`.
     pub fn statement(&self, op: Op, took: Duration, error: Option<&anyhow::Error>) {
         let i = Op::ALL.iter().position(|o| *o == op).unwrap_or(0);
-        if let Some(h) = self.statements.get(i) {
+        if let Some(h) = self.database.statements.get(i) {
             h.observe(took.as_secs_f64());
         }
         if let Some(e) = error {
-            self.errors
+            self.database
+                .errors
                 .get_or_create(&ErrorLabels {
                     op: op.label().to_owned(),
                     kind: error_kind(e).to_owned(),

@@ -147,9 +147,15 @@ impl Consumer {
             let settings = self.settings.borrow_and_update().clone();
             let worker = &settings.worker;
             self.stats.slots.store(worker.concurrency, Relaxed);
-            self.metrics.slots.set(worker.concurrency as i64);
-            self.metrics.db_up.set(i64::from(self.link.is_up()));
-            self.metrics.outcomes_pending.set(self.outbox.len() as i64);
+            self.metrics.handlers.slots.set(worker.concurrency as i64);
+            self.metrics
+                .database
+                .db_up
+                .set(i64::from(self.link.is_up()));
+            self.metrics
+                .database
+                .outcomes_pending
+                .set(self.outbox.len() as i64);
             while let Some(f) = self.slots.try_finished() {
                 self.finished(f);
             }
@@ -315,8 +321,11 @@ impl Consumer {
             self.slots.start(r, &settings.worker);
         }
         self.stats.running.store(self.slots.len(), Relaxed);
-        self.metrics.busy.set(self.slots.len() as i64);
-        self.metrics.prefetched.set(self.prefetch.len() as i64);
+        self.metrics.handlers.busy.set(self.slots.len() as i64);
+        self.metrics
+            .handlers
+            .prefetched
+            .set(self.prefetch.len() as i64);
     }
 
     /// The stop path: no new claims; running handlers get `timeout` to finish, then are
@@ -650,7 +659,7 @@ impl Consumer {
         self.link.used();
         self.stats.claimed();
         if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            self.metrics.last_claim.set(now.as_secs_f64());
+            self.metrics.attempts.last_claim.set(now.as_secs_f64());
         }
         debug!(batch_id, jobs = claimed.len(), "claimed a batch");
         let got = claimed.len();
@@ -890,7 +899,7 @@ impl Consumer {
         if let Some(ran_for) = f.ran_for {
             queue.ran(ran_for);
         }
-        self.metrics.busy.set(self.slots.len() as i64);
+        self.metrics.handlers.busy.set(self.slots.len() as i64);
         let _in_job = f.span.enter();
         match &f.completion.outcome {
             _ if lost => info!(
