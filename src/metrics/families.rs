@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 use super::{
     ClaimLabels, ErrorLabels, ExitLabels, Op, OpLabel, OutcomeLabel, OutcomeLabels, ProcessLabels,
@@ -30,57 +30,53 @@ pub struct Attempts {
 
 impl Attempts {
     pub(super) fn register(registry: &mut Registry) -> Attempts {
-        let started = Family::<QueueLabel, Counter>::default();
-        registry.register(
+        let started = register(
+            registry,
             "jobs_started",
             "Attempts handed to a handler",
-            started.clone(),
+            Family::<QueueLabel, Counter>::default(),
         );
-        let finished = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
+        let finished = register(
+            registry,
             "jobs_finished",
             "Attempts ended, by outcome, counted once written: done, retried, failed, cancelled, \
-         released (given back without using up the attempt), lost (the write matched no row: \
-         the claim had been put back while this instance was away, and is another worker's)",
-            finished.clone(),
+             released (given back without using up the attempt), lost (the write matched no row: \
+             the claim had been put back while this instance was away, and is another worker's)",
+            Family::<OutcomeLabels, Counter>::default(),
         );
-        let duration = Family::<QueueLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(DURATION_BUCKETS)
-        });
-        registry.register_with_unit(
+        let duration = seconds(
+            registry,
             "job_duration",
             "How long a handler ran, from its start to its exit or answer",
-            Unit::Seconds,
-            duration.clone(),
+            Family::<QueueLabel, Histogram>::new_with_constructor(|| {
+                Histogram::new(DURATION_BUCKETS)
+            }),
         );
-        let wait =
-            Family::<QueueLabel, Histogram>::new_with_constructor(|| Histogram::new(WAIT_BUCKETS));
-        registry.register_with_unit(
+        let wait = seconds(
+            registry,
             "job_wait",
             "How long a job waited from due (its run_at) to its handler's start: from the \
-         database's clock to the claim, then this instance's to the start",
-            Unit::Seconds,
-            wait.clone(),
+             database's clock to the claim, then this instance's to the start",
+            Family::<QueueLabel, Histogram>::new_with_constructor(|| Histogram::new(WAIT_BUCKETS)),
         );
-        let claims = Family::<ClaimLabels, Counter>::default();
-        registry.register(
+        let claims = register(
+            registry,
             "claims",
             "Claim statements, by whether they got jobs",
-            claims.clone(),
+            Family::<ClaimLabels, Counter>::default(),
         );
-        let rescued = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
+        let rescued = register(
+            registry,
             "rescued_jobs",
             "Claims of dead workers this instance's reaper put back: requeued, or failed (a \
-         poison pill: its workers died under it max_rescues times)",
-            rescued.clone(),
+             poison pill: its workers died under it max_rescues times)",
+            Family::<OutcomeLabel, Counter>::default(),
         );
-        let last_claim = Gauge::<f64, AtomicU64>::default();
-        registry.register_with_unit(
+        let last_claim = seconds(
+            registry,
             "last_claim_timestamp",
             "When a claim last got jobs, as a Unix time (alert on time() minus it)",
-            Unit::Seconds,
-            last_claim.clone(),
+            Gauge::<f64, AtomicU64>::default(),
         );
         Attempts {
             started,
@@ -107,38 +103,38 @@ pub struct Handlers {
 
 impl Handlers {
     pub(super) fn register(registry: &mut Registry) -> Handlers {
-        let processes = Family::<ProcessLabels, Gauge>::default();
-        registry.register(
+        let processes = register(
+            registry,
             "persistent_processes",
             "Persistent handler processes, by state: idle or busy",
-            processes.clone(),
+            Family::<ProcessLabels, Gauge>::default(),
         );
-        let exits = Family::<ExitLabels, Counter>::default();
-        registry.register(
+        let exits = register(
+            registry,
             "persistent_process_exits",
             "Persistent handler processes ended, by reason: recycled (max_jobs_per_process), \
-         idle (idle_timeout, or room made for another queue), reload (its queue changed), \
-         unfit (found dead or writing out of turn while idle), job (it died with its job, \
-         or was killed with it: a timeout, a cancel), shutdown",
-            exits.clone(),
+             idle (idle_timeout, or room made for another queue), reload (its queue changed), \
+             unfit (found dead or writing out of turn while idle), job (it died with its job, \
+             or was killed with it: a timeout, a cancel), shutdown",
+            Family::<ExitLabels, Counter>::default(),
         );
-        let slots = Gauge::default();
-        registry.register(
+        let slots = register(
+            registry,
             "handler_slots",
             "worker.concurrency: handler slots",
-            slots.clone(),
+            Gauge::default(),
         );
-        let busy = Gauge::default();
-        registry.register(
+        let busy = register(
+            registry,
             "handler_slots_busy",
             "Handler slots running a job",
-            busy.clone(),
+            Gauge::default(),
         );
-        let prefetched = Gauge::default();
-        registry.register(
+        let prefetched = register(
+            registry,
             "prefetched_jobs",
             "Jobs claimed ahead, not started yet",
-            prefetched.clone(),
+            Gauge::default(),
         );
         Handlers {
             processes,
@@ -163,14 +159,13 @@ pub struct Database {
 
 impl Database {
     pub(super) fn register(registry: &mut Registry) -> Database {
-        let statements = Family::<OpLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(STATEMENT_BUCKETS)
-        });
-        registry.register_with_unit(
+        let statements = seconds(
+            registry,
             "db_statement_duration",
             "How long the database took to answer, by what was asked (op)",
-            Unit::Seconds,
-            statements.clone(),
+            Family::<OpLabel, Histogram>::new_with_constructor(|| {
+                Histogram::new(STATEMENT_BUCKETS)
+            }),
         );
         let statements = Op::ALL
             .iter()
@@ -182,25 +177,25 @@ impl Database {
                     .clone()
             })
             .collect();
-        let errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
+        let errors = register(
+            registry,
             "db_errors",
             "Statements that failed, by op and kind: deadlock (or a Galera certification \
-         conflict), lock_wait, read_only (the server takes no writes), refused, connection \
-         (broken, or no answer in time), other",
-            errors.clone(),
+             conflict), lock_wait, read_only (the server takes no writes), refused, connection \
+             (broken, or no answer in time), other",
+            Family::<ErrorLabels, Counter>::default(),
         );
-        let outcomes_pending = Gauge::default();
-        registry.register(
+        let outcomes_pending = register(
+            registry,
             "outcomes_pending",
             "Outcomes not written yet: held while the database is away",
-            outcomes_pending.clone(),
+            Gauge::default(),
         );
-        let db_up = Gauge::default();
-        registry.register(
+        let db_up = register(
+            registry,
             "db_up",
             "1 while the claim connection is up, 0 while it reconnects",
-            db_up.clone(),
+            Gauge::default(),
         );
         Database {
             statements,
@@ -209,4 +204,17 @@ impl Database {
             db_up,
         }
     }
+}
+
+/// Registers `metric` as `name` and gives it back: the registry keeps a clone, which shares
+/// its values.
+fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// [`register`], in seconds.
+fn seconds<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register_with_unit(name, help, Unit::Seconds, metric.clone());
+    metric
 }
