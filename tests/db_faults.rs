@@ -228,8 +228,9 @@ async fn a_server_wait_timeout_shorter_than_a_handler_does_not_cost_the_claim() 
         "the server did not take the short wait_timeout"
     );
 
-    // A 20 s handler: the claim connection is idle far longer than 5 s between queries unless
-    // it pings, and the reaper (stale_after 2 s) would take a claim whose connection died.
+    // A 20 s handler: a claim connection left at the account's 5 s would be closed while it
+    // waits (the instance sets its sessions' own wait_timeout, and pings), and the reaper
+    // (stale_after 2 s) would take a claim whose connection died.
     let id = db.insert("q", &["sleep:20"]).await[0];
     db.wait_count(&format!("id = {id} AND status = 'claimed'"), 1, 20)
         .await;
@@ -242,6 +243,10 @@ async fn a_server_wait_timeout_shorter_than_a_handler_does_not_cost_the_claim() 
     let log = worker.log_text();
     assert!(!log.contains("reconnecting"), "{log}");
     assert!(!log.contains("stale claim put back"), "{log}");
+    drop(worker);
+    conn.query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await
+        .unwrap();
 }
 
 /// Jobs claimed ahead wait behind a long job in the one slot when the database goes away, and

@@ -4,7 +4,7 @@
 //! growing pause, and goes on by itself when the server takes writes again.
 //!
 //! The test sets the server's global `read_only`, so it has a file (a test binary) of its
-//! own: cargo runs test binaries one after another, and no other test sees it.
+//! own, which tests/run runs alone, after a stage's other binaries: no other test sees it.
 
 mod common;
 

@@ -47,6 +47,53 @@ pub fn bin() -> &'static str {
 }
 
 /// A database of the test's own, created empty (and migrated) and dropped at the end.
+/// On a Galera cluster ([`nodes`]), waits up to `secs` until every node is Synced in the
+/// primary component with nothing queued to apply. A test before may have left a node
+/// applying a large write set (the lagging node of `tests/galera.rs` gets 200,000 rows at
+/// once), and a schema change then failed through a node out of the primary component for a
+/// moment ("not connected to Primary Component"), or waited past its lock timeout (1205).
+/// Past `secs` it says so and goes on: the test's own statements then fail as they will.
+pub async fn cluster_settled(secs: u64) {
+    let nodes = nodes();
+    if nodes.len() < 2 {
+        return;
+    }
+    let start = Instant::now();
+    for url in &nodes {
+        while !node_settled(url).await {
+            if start.elapsed() > Duration::from_secs(secs) {
+                eprintln!("the Galera node {url} did not settle within {secs} s");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Whether the node of `url` is Synced, in the primary component, with an empty receive queue.
+async fn node_settled(url: &str) -> bool {
+    let Ok(opts) = Opts::from_url(url) else {
+        return false;
+    };
+    let Ok(mut conn) = Conn::new(opts).await else {
+        return false;
+    };
+    let status: Vec<(String, String)> = conn
+        .query(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN \
+             ('wsrep_cluster_status', 'wsrep_local_state_comment', 'wsrep_local_recv_queue')",
+        )
+        .await
+        .unwrap_or_default();
+    let _ = conn.disconnect().await;
+    status.len() == 3
+        && status.iter().all(|(name, value)| match name.as_str() {
+            "wsrep_cluster_status" => value == "Primary",
+            "wsrep_local_state_comment" => value == "Synced",
+            _ => value == "0",
+        })
+}
+
 /// Runs `ddl`, tried again a few times after a lock wait timeout: on a Galera node a DDL
 /// statement waits for the whole cluster, and a node still applying or purging another test's
 /// writes has made it time out (1205) where nothing of this test's held a lock.
@@ -82,6 +129,7 @@ impl TestDb {
 
     /// Creates `myjob_t_<tag>` afresh, without tables.
     pub async fn empty(tag: &str) -> TestDb {
+        cluster_settled(120).await;
         let name = format!("myjob_t_{tag}");
         let mut root = Conn::new(Opts::from_url(&server_url()).unwrap())
             .await
