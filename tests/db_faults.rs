@@ -212,8 +212,7 @@ async fn a_server_wait_timeout_shorter_than_a_handler_does_not_cost_the_claim() 
     .await
     .unwrap();
     let config = db.config("concurrency = 2", "");
-    let host_and_db = db.url.split_once('@').unwrap().1;
-    let as_user = format!("mysql://{user}:{password}@{host_and_db}");
+    let as_user = db.url_as(&user, &password);
     edited(&config, &config, &[(db.url.as_str(), as_user.as_str())]);
     let worker = Worker::start(&config, "1");
     worker.wait_log("consumer: connected", 20).await;
@@ -531,8 +530,7 @@ async fn reconnects_turned_down_stop_the_handlers_before_the_reaper_puts_back() 
         &[("interval = \"500ms\"", "interval = \"3s\"")],
     );
     let locked = db.path("locked.toml");
-    let host_and_db = db.url.split_once('@').unwrap().1;
-    let as_user = format!("mysql://{user}:{password}@{host_and_db}");
+    let as_user = db.url_as(&user, &password);
     edited(&direct, &locked, &[(db.url.as_str(), as_user.as_str())]);
 
     std::fs::write(db.path("slow"), "").unwrap();

@@ -46,7 +46,6 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_myjob")
 }
 
-/// A database of the test's own, created empty (and migrated) and dropped at the end.
 /// On a Galera cluster ([`nodes`]), waits up to `secs` until every node is Synced in the
 /// primary component with nothing queued to apply. A test before may have left a node
 /// applying a large write set (the lagging node of `tests/galera.rs` gets 200,000 rows at
@@ -110,6 +109,7 @@ async fn ddl_retried(conn: &mut Conn, ddl: &str) {
     }
 }
 
+/// A database of the test's own, created empty (and migrated) and dropped at the end.
 pub struct TestDb {
     pub name: String,
     pub url: String,
@@ -224,10 +224,18 @@ impl TestDb {
     /// [`TestDb::config`] with no extras, connecting as `user` with `password`.
     pub fn config_as(&self, user: &str, password: &str) -> PathBuf {
         let config = self.config("", "");
-        let host_and_db = self.url.split_once('@').unwrap().1;
-        let url = format!("mysql://{user}:{password}@{host_and_db}");
-        edited(&config, &config, &[(&self.url, &url)]);
+        edited(
+            &config,
+            &config,
+            &[(&self.url, &self.url_as(user, password))],
+        );
         config
+    }
+
+    /// This database's url, connecting as `user` with `password`.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        let host_and_db = self.url.split_once('@').unwrap().1;
+        format!("mysql://{user}:{password}@{host_and_db}")
     }
 
     /// Inserts jobs as an application would: plain SQL, only queue and payload.
