@@ -266,12 +266,27 @@ async fn the_recipe_outlasts_a_run_of_deadlocks(tag: &str, persistent: bool) {
         )),
         "{log}"
     );
-    let sync = std::fs::read_to_string(db.path("sync")).unwrap();
+    // The recipe's own transaction marks the job done; the handler notes the setting just
+    // after its commit, so the note can come a moment after the row shows done.
+    let sync = noted_sync(&db.path("sync")).await;
     for line in sync.lines() {
         let (before, after) = line.split_once(' ').unwrap();
         assert_eq!(before, after, "wsrep_sync_wait before and after the recipe");
     }
     assert_eq!(sync.lines().count(), 1, "{sync}");
+}
+
+/// DIR/sync once the handler has written its line, waiting up to 10 s for it.
+async fn noted_sync(path: &Path) -> String {
+    for _ in 0..100 {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the handler noted no wsrep_sync_wait in {} within 10 s", path.display());
 }
 
 #[tokio::test(flavor = "multi_thread")]
