@@ -121,10 +121,10 @@ impl Bench {
             // with where the CPU goes.
             let (spawn, spawn_cpu, inflight) = self.spawn_ceiling().await;
             println!("ceiling: {spawn:.0} cat spawns/s, {spawn_cpu:.0} µs CPU per spawn");
-            for instances in [1, 2] {
-                let run = self.throughput(instances, 32, "/bin/cat", inflight).await;
+            for (instances, cat) in [(1, "/bin/cat"), (2, "/bin/cat"), (1, "cat")] {
+                let run = self.throughput(instances, 32, cat, inflight).await;
                 println!(
-                    "cat, {instances} instance(s) x 32: {:.0} jobs/s = {:.2} of spawn; CPU µs per job {:.0} (myjob {:.0}, MariaDB {:.0}); spawn's / job's {:.2}",
+                    "{cat}, {instances} instance(s) x 32: {:.0} jobs/s = {:.2} of spawn; CPU µs per job {:.0} (myjob {:.0}, MariaDB {:.0}); spawn's / job's {:.2}",
                     run.rate,
                     run.of_spawn,
                     run.cpu.all,

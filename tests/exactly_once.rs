@@ -286,7 +286,10 @@ async fn noted_sync(path: &Path) -> String {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("the handler noted no wsrep_sync_wait in {} within 10 s", path.display());
+    panic!(
+        "the handler noted no wsrep_sync_wait in {} within 10 s",
+        path.display()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

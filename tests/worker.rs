@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use common::{edited, myjob, TestDb, Worker};
@@ -283,6 +283,110 @@ async fn handlers_get_a_clean_environment_and_the_payload_on_stdin() {
         !env.contains("SECRET_TOKEN") && !env.contains("MYJOB_DATABASE_URL"),
         "{env}"
     );
+}
+
+/// A handler named without its path (`command = ["bash", …]`) is found on the worker's PATH
+/// and keeps its name as argv[0], and myjob starts it without forking itself: every process
+/// it creates shares its memory until the exec (CLONE_VM, as `posix_spawn` does). A fork
+/// copies the worker's page tables at each job, three times myjob's CPU per `cat` job.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_named_without_its_path_is_spawned_not_forked() {
+    let db = TestDb::new("spawned").await;
+    let config = db.path("spawned.toml");
+    let text = std::fs::read_to_string(db.config("concurrency = 4", "")).unwrap();
+    let handler = db.handler();
+    // bash's own command line: argv[0] as myjob gave it, then the script.
+    let probe = db.script(
+        "probe.sh",
+        "tr '\\0' ' ' < /proc/$$/cmdline > DIR/cmdline.$MYJOB_JOB_ID\ncat > /dev/null\n",
+    );
+    let named = format!("command = [\"bash\", \"{}\"]", probe.display());
+    let configured = format!("command = [\"{}\"]", handler.display());
+    std::fs::write(&config, text.replace(&configured, &named)).unwrap();
+    let ids = db
+        .insert("q", &["a", "b", "c", "d", "e", "f", "g", "h"])
+        .await;
+    // One file of calls per process and thread (trace.TID), so that no call is split.
+    let trace = db.path("trace");
+    let wrapper = [
+        "strace",
+        "-ff",
+        "-qq",
+        "-e",
+        "trace=clone,clone3,fork,vfork",
+        "-o",
+    ];
+    let wrapper: Vec<&str> = wrapper
+        .into_iter()
+        .chain([trace.to_str().unwrap()])
+        .collect();
+    let mut w = Worker::start_under(&wrapper, &config, "1");
+    db.wait_count("status = 'done'", ids.len() as u64, 30).await;
+    // The worker is strace's child, and strace ends with it.
+    let children = format!("/proc/{0}/task/{0}/children", w.pid());
+    let worker: i32 = std::fs::read_to_string(children)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), Signal::SIGTERM).unwrap();
+    w.wait(20);
+    let cmdline = std::fs::read_to_string(db.path(&format!("cmdline.{}", ids[0]))).unwrap();
+    assert_eq!(cmdline, format!("bash {} ", probe.display()));
+    let calls = traced_clones(&trace);
+    // myjob's threads: its first one (created by no traced call), and those it made.
+    let made: HashSet<u32> = calls.values().flatten().map(|(_, child)| *child).collect();
+    let mut mine: Vec<u32> = calls
+        .keys()
+        .copied()
+        .filter(|t| !made.contains(t))
+        .collect();
+    assert_eq!(mine.len(), 1, "{calls:?}");
+    let mut i = 0;
+    while i < mine.len() {
+        for (call, child) in &calls[&mine[i]] {
+            if call.contains("CLONE_THREAD") && !mine.contains(child) {
+                mine.push(*child);
+            }
+        }
+        i += 1;
+    }
+    let processes: Vec<&String> = mine
+        .iter()
+        .flat_map(|t| &calls[t])
+        .filter(|(call, _)| !call.contains("CLONE_THREAD"))
+        .map(|(call, _)| call)
+        .collect();
+    let forks: Vec<&&String> = processes
+        .iter()
+        .filter(|c| !c.contains("CLONE_VM"))
+        .collect();
+    assert!(forks.is_empty(), "the worker forked itself: {forks:?}");
+    assert!(processes.len() >= ids.len(), "{processes:?}");
+}
+
+/// Each traced thread's (trace.TID) calls that made a thread or a process, with the id made.
+fn traced_clones(trace: &std::path::Path) -> HashMap<u32, Vec<(String, u32)>> {
+    let dir = trace.parent().unwrap();
+    let prefix = format!("{}.", trace.file_name().unwrap().to_str().unwrap());
+    let mut calls = HashMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let Some(tid) = name.strip_prefix(&prefix).and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let made = text
+            .lines()
+            .filter(|l| l.starts_with("clone") || l.contains("fork("))
+            .filter_map(|l| {
+                let child = l.rsplit("= ").next()?.trim().parse().ok()?;
+                Some((l.to_owned(), child))
+            })
+            .collect();
+        calls.insert(tid, made);
+    }
+    calls
 }
 
 #[tokio::test(flavor = "multi_thread")]

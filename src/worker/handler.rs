@@ -1,7 +1,6 @@
 //! Runs one job's handler: a subprocess in its own process group, with a cleared environment,
 //! the payload on stdin, its output logged line by line, and a timeout that ends the group.
 
-use std::ffi::OsString;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use tracing::{warn, Span};
 
-use crate::config::{QueueSettings, HANDLER_PATH};
+use crate::config::{self, QueueSettings};
 use crate::worker::guard;
 use crate::worker::output::{self, Tag};
 /// After the handler exits, how long its output pipes may stay open (held by a child that
@@ -196,11 +195,26 @@ fn command(job: &Job, queue: &QueueSettings) -> Command {
 /// environment with only PATH, LANG, the queue's `pass_env`, MYJOB_QUEUE and MYJOB_INSTANCE,
 /// three pipes, and a process group of its own.
 pub fn base_command(queue: &QueueSettings, instance: &str) -> Command {
-    let mut cmd = Command::new(&queue.command[0]);
-    cmd.args(&queue.command[1..]).env_clear().env(
-        "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| OsString::from(HANDLER_PATH)),
-    );
+    let name = &queue.command[0];
+    let search = config::handler_path();
+    // Found here rather than by the child (see `find_on_path`), at each start, so that a
+    // program installed or moved while myjob runs is found as the child would find it; its
+    // argv[0] stays the name as configured. Not found, the name goes as it is and the spawn's
+    // error says so.
+    let mut cmd = match name.contains('/') {
+        true => Command::new(name),
+        false => match config::find_on_path(name, &search) {
+            Some(path) => {
+                let mut cmd = Command::new(path);
+                cmd.arg0(name);
+                cmd
+            }
+            None => Command::new(name),
+        },
+    };
+    cmd.args(&queue.command[1..])
+        .env_clear()
+        .env("PATH", search);
     for name in std::iter::once("LANG").chain(queue.pass_env.iter().map(String::as_str)) {
         if let Some(value) = std::env::var_os(name) {
             cmd.env(name, value);

@@ -622,6 +622,14 @@ impl Worker {
         )
     }
 
+    /// Starts an instance as the last argument of `wrapper` (such as `strace -o FILE`).
+    pub fn start_under(wrapper: &[&str], config: &Path, instance: &str) -> Worker {
+        let mut command = Command::new(wrapper[0]);
+        command.args(&wrapper[1..]).arg(bin());
+        let log = config.with_file_name(format!("worker-{instance}.log"));
+        Self::spawn_with(command, config, instance, &[], log, false)
+    }
+
     fn spawn(
         config: &Path,
         instance: &str,
