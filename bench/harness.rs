@@ -25,6 +25,8 @@ pub(crate) struct Size {
     /// The claim behind a backlog: due jobs drained, and rows of each kind of backlog.
     pub(crate) backlog_jobs: usize,
     pub(crate) backlog_rows: usize,
+    /// Jobs finished at once just before a drain (item 21).
+    pub(crate) burst_rows: usize,
     /// Old done rows that `myjob purge` deletes while claims are timed, and the seconds of
     /// each run of claims timed without a purge.
     pub(crate) purge_rows: usize,

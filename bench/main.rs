@@ -2,7 +2,7 @@
 //! [--rows-10m] [--latency-only] [--cat-only] [--backlog-only] [--growth-only]
 //! [--persistent-only] [--purge-only] [--idle-only] [--queues-only] [--scheduled-only]
 //! [--heal-only] [--capacity-only] [--metrics-only] [--logging-only] [--flow-only]
-//! [--memory-only] [--storage-only]`).
+//! [--memory-only] [--storage-only] [--galera-only] [--burst-only]`).
 //! Every figure is measured next to a ceiling of this machine measured in the same run, and
 //! reported as a ratio to it; the table goes to stdout and to bench/results/<date>.md. Every
 //! run's jobs are real rows, verified at the end (all done, each claimed once).
@@ -62,6 +62,7 @@ async fn main() {
             growth: vec![10_000, 50_000],
             backlog_jobs: 200,
             backlog_rows: 5_000,
+            burst_rows: 5_000,
             purge_rows: 20_000,
             quiet_secs: 2.0,
         }
@@ -75,6 +76,7 @@ async fn main() {
             growth,
             backlog_jobs: 3_000,
             backlog_rows: 200_000,
+            burst_rows: 300_000,
             purge_rows: 1_000_000,
             quiet_secs: 20.0,
         }

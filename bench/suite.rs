@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crate::backlog::Behind;
 use crate::harness::Bench;
 
 impl Bench {
@@ -26,7 +27,7 @@ impl Bench {
         }
         if alone("--backlog-only") {
             // For working on item 8: the claim behind a backlog alone.
-            let (clean, behind) = self.backlog(1, true).await;
+            let (clean, behind) = self.backlog(1, Behind::FutureAndOther).await;
             println!(
                 "drain of {} due jobs: clean {clean:.2} s, behind the backlog {behind:.2} s = {:.2} of clean",
                 self.size.backlog_jobs,
@@ -35,6 +36,12 @@ impl Bench {
             return;
         }
         let head = "| what | figure | ratio | target |\n|---|---|---|---|";
+        if alone("--burst-only") {
+            // For working on item 21 alone.
+            self.line(head);
+            self.burst_item().await;
+            return;
+        }
         if alone("--persistent-only") {
             // For working on item 9 alone, with the spawn ceiling it is compared to.
             let (spawn, _, _) = self.spawn_ceiling().await;
@@ -179,6 +186,8 @@ impl Bench {
         self.storage_item().await;
         // 20. A Galera cluster's conflicts, against myjob before its second design.
         self.galera_item().await;
+        // 21. A drain right after a burst of finished jobs.
+        self.burst_item().await;
 
         self.line(&format!(
             "\nThe claim, as EXPLAIN shows it:\n\n```\n{}\n```",
