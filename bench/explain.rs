@@ -12,7 +12,7 @@ impl Bench {
         let rows: Vec<mysql_async::Row> = conn
             .exec(
                 format!("EXPLAIN {}", myjob::store::jobs::CLAIM),
-                (1u64, "bench", "bench", "bench", 100u64),
+                (1u64, "bench", "bench", "bench", 0i16, 0i16, 1u64, 100u64),
             )
             .await
             .unwrap();
