@@ -15,6 +15,9 @@ if [ "$(cargo deb --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]; t
   cargo install --quiet --locked --version "$CARGO_DEB_VERSION" cargo-deb
 fi
 cargo build --release --quiet
+# The examples ship as the repository has them: a run of the Python example (the tests', the
+# benchmark's) leaves its bytecode beside it, which the package must not carry.
+find examples -name __pycache__ -type d -prune -exec rm -rf {} +
 
 assets=target/assets
 rm -rf "$assets"
