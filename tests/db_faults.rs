@@ -413,7 +413,7 @@ async fn a_batch_whose_read_back_failed_is_read_after_the_reconnect() {
     proxy.up().await;
     // The read-back is the only statement with this text; the first one on any connection is
     // its prepare, so the cut happens after the claim committed.
-    proxy.arm(Fault::Cut("ORDER BY priority DESC, id"));
+    proxy.arm(Fault::Cut("status = 'claimed' ORDER BY priority DESC, id"));
     let config = config_through(&db, &proxy, "proxied.toml", &[]);
     let ids = db.insert("q", &["ok", "ok", "ok"]).await;
     let worker = Worker::start(&config, "1");
@@ -442,9 +442,9 @@ async fn a_claim_whose_answer_was_lost_is_read_after_the_reconnect() {
     let db = TestDb::new("claim_answer_lost").await;
     let proxy = Proxy::new();
     proxy.up().await;
-    // The queue's name travels only in the probe's and the claim's parameters: the first
-    // packet that holds it is the probe, the second the claim.
-    proxy.arm(Fault::CutAfter("cutqueue", 1));
+    // The queue's name travels only in the parameters of the probe, of the read of the
+    // queue's first due job and of the claim: the third packet that holds it is the claim.
+    proxy.arm(Fault::CutAfter("cutqueue", 2));
     let config = config_through(
         &db,
         &proxy,
@@ -481,7 +481,7 @@ async fn a_batch_unread_at_the_shutdown_is_released() {
     let db = TestDb::new("unread_shutdown").await;
     let proxy = Proxy::new();
     proxy.up().await;
-    proxy.arm(Fault::Cut("ORDER BY priority DESC, id"));
+    proxy.arm(Fault::Cut("status = 'claimed' ORDER BY priority DESC, id"));
     let config = config_through(&db, &proxy, "proxied.toml", &[]);
     db.insert("q", &["ok", "ok", "ok"]).await;
     let mut worker = Worker::start(&config, "1");
