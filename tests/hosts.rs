@@ -181,16 +181,27 @@ async fn a_schedule_ticks_once_across_hosts_through_a_partition() {
     db.wait_at_least("queue = 'q'", 1, 30).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
 
-    // The host whose instance enqueued the latest tick of the two.
-    let rows = common::ticks::rows(&db, "tick").await;
+    // The host whose instance enqueued (or ran) the latest tick of the two. On a loaded
+    // cluster the hosts' instances can take a while to be seen, and the one here takes
+    // every tick meanwhile: wait up to 30 s more for one of theirs.
     let enqueued = |w: &Worker, job: Option<u64>| {
         job.is_some_and(|job| w.log_text().contains(&format!("job_id={job} ")))
     };
-    let cut = rows
-        .iter()
-        .rev()
-        .find_map(|(_, job)| workers.iter().position(|w| enqueued(w, *job)))
-        .expect("neither host enqueued a tick");
+    let waited = Instant::now();
+    let cut = loop {
+        let rows = common::ticks::rows(&db, "tick").await;
+        let found = rows
+            .iter()
+            .rev()
+            .find_map(|(_, job)| workers.iter().position(|w| enqueued(w, *job)));
+        match found {
+            Some(cut) => break cut,
+            None if waited.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
+            None => panic!("neither host enqueued or ran a tick in 36 s"),
+        }
+    };
     let before = common::ticks::assert_each_once(&db, "tick", 1, "q").await;
     hosts[cut].cut();
     tokio::time::sleep(Duration::from_secs(6)).await;
