@@ -19,4 +19,7 @@ pub mod retry;
 mod slots;
 
 pub use consumer::Consumer;
+/// How often an instance reads the lanes again: a test waits this long for every instance to
+/// have read a change of them.
+pub use lanes::REFRESH as LANES_REFRESH;
 pub use link::session_wait_timeout;
