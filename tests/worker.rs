@@ -285,6 +285,52 @@ async fn handlers_get_a_clean_environment_and_the_payload_on_stdin() {
     );
 }
 
+/// A script without its `#!` line, named without its path and found on the worker's PATH,
+/// runs under /bin/sh, as `execvp` ran it when it searched PATH for myjob: per job and
+/// persistent. Started by the path found, the kernel refuses it (ENOEXEC), and every job of
+/// the queue failed "Exec format error".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_script_without_its_interpreter_line_found_on_path_runs_under_sh() {
+    let db = TestDb::new("noshebang").await;
+    let config = db.path("noshebang.toml");
+    let text = std::fs::read_to_string(db.config("concurrency = 2", "")).unwrap();
+    db.script(
+        "per-job",
+        "cat > /dev/null\necho \"$0\" > DIR/ran.$MYJOB_JOB_ID\n",
+    );
+    db.script(
+        "persistent",
+        "echo READY\nwhile read -r _ id _ _ _ length; do\n  head -c \"$length\" > /dev/null\n  echo \"$0\" > DIR/ran.$id\n  echo OK\ndone\n",
+    );
+    let configured = format!("command = [\"{}\"]", db.handler().display());
+    let text = text.replace(&configured, "command = [\"per-job\"]")
+        + "\n[[queue]]\nname = \"p\"\ncommand = [\"persistent\"]\npersistent = true\n";
+    std::fs::write(&config, text).unwrap();
+    let search = format!(
+        "{}:{}",
+        db.path("").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut w = Worker::start_with_env(&config, "1", &[("PATH", &search)]);
+    let mut ids = db.insert("q", &["a", "b"]).await;
+    ids.extend(db.insert("p", &["c", "d"]).await);
+    db.wait_count("status = 'done'", 4, 30).await;
+    for id in ids {
+        let ran = std::fs::read_to_string(db.path(&format!("ran.{id}"))).unwrap();
+        assert!(
+            ran.trim().ends_with("per-job") || ran.trim().ends_with("persistent"),
+            "{ran}"
+        );
+    }
+    w.signal(Signal::SIGTERM);
+    assert_eq!(w.wait(20), Some(0));
+    assert!(
+        !w.log_text().contains("Exec format error"),
+        "{}",
+        w.log_text()
+    );
+}
+
 /// A handler named without its path (`command = ["bash", …]`) is found on the worker's PATH
 /// and keeps its name as argv[0], and myjob starts it without forking itself: every process
 /// it creates shares its memory until the exec (CLONE_VM, as `posix_spawn` does). A fork

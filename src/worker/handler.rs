@@ -8,7 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 use tracing::{warn, Span};
 
@@ -61,7 +61,7 @@ pub async fn run(
     if queue.command[0] == crate::config::NOOP_HANDLER {
         return Exit::Success;
     }
-    let mut child = match command(job, queue).spawn() {
+    let mut child = match spawn(queue, &job.instance, |cmd| job_env(cmd, job)) {
         Ok(child) => child,
         Err(e) => {
             return Exit::Failed {
@@ -181,36 +181,73 @@ enum Ended {
     Aborted,
 }
 
-/// The handler's command: see [`base_command`], plus the job's MYJOB_* variables.
-fn command(job: &Job, queue: &QueueSettings) -> Command {
-    let mut cmd = base_command(queue, &job.instance);
+/// The job's MYJOB_* variables, for a per-job handler.
+fn job_env(cmd: &mut Command, job: &Job) {
     cmd.env("MYJOB_JOB_ID", job.id.to_string())
         .env("MYJOB_ATTEMPT", job.attempt.to_string())
         .env("MYJOB_MAX_ATTEMPTS", job.max_attempts.to_string())
         .env("MYJOB_BATCH_ID", job.batch_id.to_string());
-    cmd
+}
+
+/// How a handler's program is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// By itself: a binary, or a script with its `#!` line.
+    Direct,
+    /// By `/bin/sh`: a file found on PATH that the kernel would not run (ENOEXEC).
+    Shell,
+}
+
+/// Starts a handler process of `queue` (see [`base_command`]), with what `set` adds for its
+/// kind of process. A program found on PATH that the kernel refuses to run (a script without
+/// its `#!` line) runs under `/bin/sh`, as `execvp` runs it, which started such handlers
+/// before myjob searched PATH itself; a program named by its path is run as it is.
+pub fn spawn(
+    queue: &QueueSettings,
+    instance: &str,
+    set: impl Fn(&mut Command),
+) -> std::io::Result<Child> {
+    let mut cmd = base_command(queue, instance, Start::Direct);
+    set(&mut cmd);
+    match cmd.spawn() {
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOEXEC as i32) => {
+            if queue.command[0].contains('/') {
+                return Err(e);
+            }
+            let mut cmd = base_command(queue, instance, Start::Shell);
+            set(&mut cmd);
+            cmd.spawn()
+        }
+        started => started,
+    }
 }
 
 /// A handler process of `queue`, per-job or persistent: argv as configured, a cleared
 /// environment with only PATH, LANG, the queue's `pass_env`, MYJOB_QUEUE and MYJOB_INSTANCE,
 /// three pipes, and a process group of its own.
-pub fn base_command(queue: &QueueSettings, instance: &str) -> Command {
+fn base_command(queue: &QueueSettings, instance: &str, start: Start) -> Command {
     let name = &queue.command[0];
     let search = config::handler_path();
     // Found here rather than by the child (see `find_on_path`), at each start, so that a
     // program installed or moved while myjob runs is found as the child would find it; its
     // argv[0] stays the name as configured. Not found, the name goes as it is and the spawn's
     // error says so.
-    let mut cmd = match name.contains('/') {
-        true => Command::new(name),
-        false => match config::find_on_path(name, &search) {
-            Some(path) => {
-                let mut cmd = Command::new(path);
-                cmd.arg0(name);
-                cmd
-            }
-            None => Command::new(name),
-        },
+    let found = match name.contains('/') {
+        true => None,
+        false => config::find_on_path(name, &search),
+    };
+    let mut cmd = match (found, start) {
+        (Some(path), Start::Shell) => {
+            let mut cmd = Command::new("/bin/sh");
+            cmd.arg(path);
+            cmd
+        }
+        (Some(path), Start::Direct) => {
+            let mut cmd = Command::new(path);
+            cmd.arg0(name);
+            cmd
+        }
+        (None, _) => Command::new(name),
     };
     cmd.args(&queue.command[1..])
         .env_clear()

@@ -129,11 +129,10 @@ impl Process {
         abort: &CancellationToken,
     ) -> Result<Process, String> {
         let began = Instant::now();
-        let mut cmd = handler::base_command(&queue, instance);
-        cmd.env("MYJOB_PROTOCOL", protocol::VERSION);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", queue.command[0]))?;
+        let mut child = handler::spawn(&queue, instance, |cmd| {
+            cmd.env("MYJOB_PROTOCOL", protocol::VERSION);
+        })
+        .map_err(|e| format!("cannot start {}: {e}", queue.command[0]))?;
         let pid = child.id().unwrap_or(0);
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
