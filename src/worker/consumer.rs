@@ -634,9 +634,11 @@ impl Consumer {
                     self.link.used();
                     Err(e)
                 }
-                // Nothing claimed, but the UPDATEs ran: the server takes writes.
+                // Nothing claimed. Not proof that the server takes writes: a claim that read
+                // no due job sends no UPDATE (nor a lane that picked none), and on a
+                // read-only server each poll would say it takes writes again, then not.
                 None => {
-                    self.link.wrote();
+                    self.link.succeeded();
                     Ok(0)
                 }
             };
