@@ -331,6 +331,62 @@ async fn a_script_without_its_interpreter_line_found_on_path_runs_under_sh() {
     );
 }
 
+/// A program on PATH that myjob may not run is passed over for the next one, as `execvp`
+/// passes it: here a file with its execute bits on a filesystem mounted `noexec` (which
+/// refuses even root). Picked by its mode bits alone, it failed every job with "Permission
+/// denied".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_on_path_that_may_not_run_is_passed_over() {
+    let db = TestDb::new("noexec").await;
+    let config = db.path("noexec.toml");
+    let text = std::fs::read_to_string(db.config("concurrency = 2", "")).unwrap();
+    let (barred, runnable) = (db.path("barred"), db.path("runnable"));
+    std::fs::create_dir(&barred).unwrap();
+    std::fs::create_dir(&runnable).unwrap();
+    let mount = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "noexec", "tmpfs"])
+        .arg(&barred)
+        .status()
+        .unwrap();
+    assert!(mount.success(), "mount: {mount}");
+    // Unmounted however the test ends.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(barred.clone());
+    for dir in [&barred, &runnable] {
+        let path = dir.join("h");
+        let mark = dir.file_name().unwrap().to_str().unwrap();
+        let text = format!(
+            "#!/bin/sh\ncat > /dev/null\necho {mark} > {}/ran.$MYJOB_JOB_ID\n",
+            db.path("").display()
+        );
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let configured = format!("command = [\"{}\"]", db.handler().display());
+    std::fs::write(&config, text.replace(&configured, "command = [\"h\"]")).unwrap();
+    let search = format!(
+        "{}:{}:{}",
+        barred.display(),
+        runnable.display(),
+        std::env::var("PATH").unwrap()
+    );
+    let mut w = Worker::start_with_env(&config, "1", &[("PATH", &search)]);
+    let ids = db.insert("q", &["a", "b"]).await;
+    db.wait_count("status = 'done'", 2, 30).await;
+    for id in ids {
+        let ran = std::fs::read_to_string(db.path(&format!("ran.{id}"))).unwrap();
+        assert_eq!(ran.trim(), "runnable");
+    }
+    w.signal(Signal::SIGTERM);
+    assert_eq!(w.wait(20), Some(0));
+}
+
 /// A handler named without its path (`command = ["bash", …]`) is found on the worker's PATH
 /// and keeps its name as argv[0], and myjob starts it without forking itself: every process
 /// it creates shares its memory until the exec (CLONE_VM, as `posix_spawn` does). A fork
