@@ -152,8 +152,8 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     let refused = reads(&mut claimer).await - before - own;
     let settings = myjob::config::Settings::load(&db.config("", "")).unwrap();
     let before = reads(&mut claimer).await;
-    let admitted = myjob::gate::Gate::default()
-        .pass(&mut claimer, &settings, myjob::gate::READS_PER_PASS)
+    let admitted = myjob::stager::gate::Gate::default()
+        .pass(&mut claimer, &settings, myjob::stager::gate::READS_PER_PASS)
         .await
         .unwrap();
     let gated = reads(&mut claimer).await - before - own;
@@ -453,7 +453,11 @@ async fn one_write_of_several_batches_fences_each_job_by_its_own() {
     )
     .await
     .unwrap();
-    assert_eq!(unwritten.lost, vec![(ids[0], high + 1)], "{unwritten:?}");
+    let lost = myjob::store::jobs::Claim {
+        job_id: ids[0],
+        batch_id: high + 1,
+    };
+    assert_eq!(unwritten.lost, vec![lost], "{unwritten:?}");
     let rows: Vec<(u64, String)> = conn
         .query("SELECT id, CAST(status AS CHAR) FROM myjob_jobs ORDER BY id")
         .await

@@ -677,7 +677,7 @@ async fn settle_lanes(db: &TestDb, conn: &mut mysql_async::Conn, rows: usize, la
 
 /// Of queue q's jobs after `id`, how many the instance of their lane claimed, and how many
 /// there are, with the `lanes` instances seen claiming in the last `secs` seconds in order of
-/// their node and name (as `worker::lanes` orders them). None in a lane while more or fewer
+/// their node and name (as `worker::consumer::lanes` orders them). None in a lane while more or fewer
 /// say they claim.
 async fn in_lanes(conn: &mut mysql_async::Conn, id: u64, lanes: u32, secs: u32) -> (u64, u64) {
     let seen: Vec<(String, String)> = conn

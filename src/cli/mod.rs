@@ -10,10 +10,11 @@ use mysql_async::Conn;
 use crate::config::{check_queue_name, Settings, DEFAULT_PATH};
 use crate::error::{Error, ExitCode, OrExit};
 use crate::store::schema;
-use crate::{db, enqueue, logging};
+use crate::{db, logging};
 
 mod cancel;
 mod config_page;
+mod enqueue;
 mod generate;
 mod list;
 mod lock;
@@ -191,7 +192,7 @@ pub fn main() -> ProcessExit {
     // handlers or the guard. `myjob lock` is a wrapper like flock(1): its COMMAND gets what
     // myjob was given.
     if !matches!(cli.command, Command::Lock(_)) {
-        crate::fds::close_on_exec_inherited();
+        crate::daemon::fds::close_on_exec_inherited();
     }
     logging::init(match &cli.command {
         Command::Run { instance } => Some(instance),

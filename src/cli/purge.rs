@@ -1,4 +1,4 @@
-//! `myjob purge`: deletes finished jobs older than an age, gently (see `crate::purge`).
+//! `myjob purge`: deletes finished jobs older than an age, gently (see `reaper::retention`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::table;
 use crate::config::parse_age;
 use crate::error::{Error, ExitCode, OrExit};
-use crate::purge::{self, Purged};
+use crate::reaper::retention::{self, Purged};
 
 #[derive(Args, Debug)]
 pub struct PurgeArgs {
@@ -66,7 +66,7 @@ pub async fn run(config: &Path, args: PurgeArgs) -> Result<(), Error> {
     };
     // Stopped by a signal, it has deleted whole batches only; nothing needs undoing.
     let never = CancellationToken::new();
-    let purged = purge::purge(&mut conn, &ages, args.queue.as_deref(), None, &never).await;
+    let purged = retention::purge(&mut conn, &ages, args.queue.as_deref(), None, &never).await;
     let _ = conn.disconnect().await;
     let Purged {
         done,

@@ -45,7 +45,6 @@ use crate::db::{self, Failure, NamedLock, ServerId};
 use crate::error::chain;
 use crate::logging::job_span;
 use crate::metrics::{Metrics, Op};
-use crate::purge;
 use crate::store::jobs::keys;
 use crate::store::jobs::{self, Held, OldClaim, Rescued};
 use crate::store::servers;
@@ -55,7 +54,7 @@ use crate::worker::session_wait_timeout;
 mod judge;
 mod privilege;
 mod recover;
-mod retention;
+pub mod retention;
 
 use judge::{judge, Verdict, View};
 use privilege::has_process_privilege;
@@ -88,12 +87,11 @@ pub struct Reaper {
     /// Passes timed, rescues counted.
     metrics: Arc<Metrics>,
     settings: watch::Receiver<Arc<Settings>>,
-    /// The connection, the server it reaches, and since when the reaper has reached that
-    /// server's life (see [`Reaper::connect`]).
-    conn: Option<(Conn, ServerId, Instant)>,
-    /// The server life the last connection reached, since when, and when a pass last
-    /// succeeded on it: a reconnect to the same life soon after keeps the time.
-    reached: Option<(ServerId, Instant, Instant)>,
+    /// The connection and the server life it reaches.
+    reach: Reach,
+    /// The server life the last connection reached: a reconnect to the same life soon after
+    /// keeps its time.
+    reached: Option<Reached>,
     /// The server refused the heartbeat as read-only: said once.
     read_only: db::ReadOnly,
     /// What one pass leaves the next.
@@ -102,7 +100,55 @@ pub struct Reaper {
     me: WorkerName,
 }
 
-type Suspect = (u64, Option<u64>, Option<u64>);
+/// The reaper's connection.
+enum Reach {
+    /// None: the next pass connects.
+    Disconnected,
+    /// Connected to `server`, whose life the reaper has reached since `since` (see
+    /// [`Reaper::connect`]).
+    Connected {
+        conn: Conn,
+        server: ServerId,
+        since: Instant,
+    },
+}
+
+impl Reach {
+    fn conn(&mut self) -> Option<&mut Conn> {
+        match self {
+            Reach::Connected { conn, .. } => Some(conn),
+            Reach::Disconnected => None,
+        }
+    }
+}
+
+/// A server life the reaper reached.
+struct Reached {
+    life: ServerId,
+    /// Since when, across reconnects to the same life.
+    since: Instant,
+    /// When a pass last succeeded on it.
+    ok: Instant,
+}
+
+/// A claim found stale, as a pass remembers it for the next: the same job, batch and
+/// connection two passes in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Suspect {
+    job: u64,
+    batch: Option<u64>,
+    conn: Option<u64>,
+}
+
+impl Suspect {
+    fn of(claim: &OldClaim) -> Suspect {
+        Suspect {
+            job: claim.id,
+            batch: claim.batch_id,
+            conn: claim.owner_conn,
+        }
+    }
+}
 
 impl Reaper {
     pub fn new(
@@ -115,7 +161,7 @@ impl Reaper {
             metrics,
             db,
             settings,
-            conn: None,
+            reach: Reach::Disconnected,
             reached: None,
             read_only: db::ReadOnly::default(),
             memory: Memory::default(),
@@ -145,21 +191,23 @@ impl Reaper {
             };
             // The pass's first statement is a write (the heartbeat): said once.
             if self.read_only.failed("reaper", &e) {
-                self.conn = None;
+                self.reach = Reach::Disconnected;
                 continue;
             }
-            let kept = match (db::classify(&e), self.conn.as_mut()) {
+            let kept = match (db::classify(&e), self.reach.conn()) {
                 (Failure::Connection, _) | (_, None) => false,
-                (_, Some((conn, ..))) => conn.query_drop("ROLLBACK").await.is_ok(),
+                (_, Some(conn)) => conn.query_drop("ROLLBACK").await.is_ok(),
             };
             if kept {
                 warn!("reaper: {}; trying again at the next pass", chain(&*e));
             } else {
                 warn!("reaper: {}; reconnecting at the next pass", chain(&*e));
-                self.conn = None;
+                self.reach = Reach::Disconnected;
             }
         }
-        if let Some((conn, ..)) = self.conn.take() {
+        if let Reach::Connected { conn, .. } =
+            std::mem::replace(&mut self.reach, Reach::Disconnected)
+        {
             let _ = conn.disconnect().await;
         }
     }
@@ -171,12 +219,12 @@ impl Reaper {
     /// reached it counts on: that server did not restart or fail over, so nothing its
     /// claimers must reconnect after happened (see `settled` in [`Reaper::pass`]).
     async fn connect(&mut self) -> anyhow::Result<()> {
-        if let Some((conn, ..)) = self.conn.as_mut() {
+        if let Some(conn) = self.reach.conn() {
             if conn.ping().await.is_ok() {
                 return Ok(());
             }
             // Closed while it waited for the pass: a new one, without a failed pass.
-            self.conn = None;
+            self.reach = Reach::Disconnected;
         }
         let (interval, stale_after) = {
             let settings = self.settings.borrow();
@@ -190,23 +238,31 @@ impl Reaper {
             .context("setting the session's wait_timeout")?;
         let now = Instant::now();
         let since = match &self.reached {
-            Some((life, since, ok))
-                if life.same_life(&server) && ok.elapsed() <= interval * 2 + stale_after =>
+            Some(r)
+                if r.life.same_life(&server) && r.ok.elapsed() <= interval * 2 + stale_after =>
             {
-                *since
+                r.since
             }
             _ => now,
         };
-        self.reached = Some((server.clone(), since, now));
-        self.conn = Some((conn, server, since));
+        self.reached = Some(Reached {
+            life: server.clone(),
+            since,
+            ok: now,
+        });
+        self.reach = Reach::Connected {
+            conn,
+            server,
+            since,
+        };
         Ok(())
     }
 
     /// A pass succeeded on the connection: see `reached`.
     fn pass_succeeded(&mut self) {
         self.read_only.wrote("reaper");
-        if let Some((_, _, ok)) = self.reached.as_mut() {
-            *ok = Instant::now();
+        if let Some(r) = self.reached.as_mut() {
+            r.ok = Instant::now();
         }
     }
 
@@ -224,7 +280,7 @@ impl Reaper {
                         "reaper: putting back the claims of this instance's previous run: {}",
                         chain(&*e)
                     );
-                    self.conn = None;
+                    self.reach = Reach::Disconnected;
                     true
                 }
             };
@@ -248,7 +304,7 @@ impl Reaper {
     ) -> anyhow::Result<bool> {
         self.connect().await?;
         let max = self.settings.borrow().reaper.max_rescues;
-        let Some((conn, server, _)) = self.conn.as_mut() else {
+        let Reach::Connected { conn, server, .. } = &mut self.reach else {
             return Ok(false);
         };
         // Without PROCESS every connection looks gone: the passes after say why they refuse.
@@ -289,7 +345,7 @@ impl Reaper {
             } else {
                 continue;
             };
-            let suspect = (claim.id, claim.batch_id, claim.owner_conn);
+            let suspect = Suspect::of(claim);
             let since = *gone_since.entry(suspect).or_insert_with(Instant::now);
             if since.elapsed() < RECOVER_CONFIRM {
                 waiting = true;
@@ -309,7 +365,12 @@ impl Reaper {
     async fn pass(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         self.connect().await?;
         let settings = self.settings.borrow().clone();
-        let Some((conn, server, since)) = self.conn.as_mut() else {
+        let Reach::Connected {
+            conn,
+            server,
+            since,
+        } = &mut self.reach
+        else {
             return Ok(());
         };
         // Every reaper, lock or not: the claimers on this server are vouched for.
@@ -347,7 +408,7 @@ impl Reaper {
 struct Memory {
     /// The missing-PROCESS error is logged once, not every interval.
     no_process: bool,
-    /// Claims found stale by the last pass: (job id, batch_id, owner_conn).
+    /// Claims found stale by the last pass.
     suspects: HashSet<Suspect>,
     /// The jobs whose write the server refused (see [`row_refused`]), said once each.
     refused: HashSet<u64>,

@@ -131,7 +131,7 @@ pub(super) async fn reap(
             }
             Verdict::Dead(reason) => reason,
         };
-        let suspect = (claim.id, claim.batch_id, claim.owner_conn);
+        let suspect = Suspect::of(claim);
         if !last_pass.contains(&suspect) {
             job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).in_scope(|| {
                 debug!(
@@ -155,7 +155,7 @@ pub(super) async fn reap(
             continue;
         };
         // Two passes in a row, as for a claim.
-        let suspect = (claim.id, claim.batch_id, claim.owner_conn);
+        let suspect = Suspect::of(claim);
         if !last_pass.contains(&suspect) {
             memory.suspects.insert(suspect);
             continue;

@@ -1,6 +1,6 @@
 //! Every statement about `myjob_lanes` (migration 16): which instances claim from a queue
 //! through a Galera node lately, so that each takes its own part of the queue's head (see
-//! `worker::lanes`). An instance is its node (`owner_server`) and its name (`worker`).
+//! `worker::consumer::lanes`). An instance is its node (`owner_server`) and its name (`worker`).
 
 use std::time::Duration;
 

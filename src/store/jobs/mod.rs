@@ -16,7 +16,7 @@ pub use enqueue::{enqueue, Enqueued, NewJob};
 pub use head::{Lane, HELP_AFTER, STEAL_AFTER};
 pub use keys::KeySlot;
 pub use outcome::{
-    cancelled, fit_error, still_claimed, write_outcomes, Completion, Outcome, Unwritten,
+    cancelled, fit_error, still_claimed, write_outcomes, Claim, Completion, Outcome, Unwritten,
 };
 pub use rescue::{
     adopt, claims_of, forget_cancel, held, rescue, ClaimCursor, Held, HeldPage, OldClaim, Rescued,

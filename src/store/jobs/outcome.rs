@@ -9,13 +9,20 @@ use mysql_async::{Conn, Params, Value};
 
 use super::*;
 
-/// Of the claims `(id, batch_id)`, those the reaper has not put back. Served by the batch_id
+/// A job claimed under a batch: what every write about it is fenced by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Claim {
+    pub job_id: u64,
+    pub batch_id: u64,
+}
+
+/// Of `claims`, those the reaper has not put back; their job ids. Served by the batch_id
 /// index.
-pub async fn still_claimed(conn: &mut Conn, claims: &[(u64, u64)]) -> anyhow::Result<Vec<u64>> {
+pub async fn still_claimed(conn: &mut Conn, claims: &[Claim]) -> anyhow::Result<Vec<u64>> {
     if claims.is_empty() {
         return Ok(Vec::new());
     }
-    let mut batches: Vec<u64> = claims.iter().map(|c| c.1).collect();
+    let mut batches: Vec<u64> = claims.iter().map(|c| c.batch_id).collect();
     batches.sort_unstable();
     batches.dedup();
     let (list, params) = in_list(&batches);
@@ -31,8 +38,8 @@ pub async fn still_claimed(conn: &mut Conn, claims: &[(u64, u64)]) -> anyhow::Re
         .context("reading which claims are still held")?;
     Ok(claims
         .iter()
-        .filter(|c| rows.contains(c))
-        .map(|c| c.0)
+        .filter(|c| rows.contains(&(c.job_id, c.batch_id)))
+        .map(|c| c.job_id)
         .collect())
 }
 
@@ -77,6 +84,21 @@ pub struct Completion {
     pub slot: Option<KeySlot>,
 }
 
+impl AsRef<Completion> for Completion {
+    fn as_ref(&self) -> &Completion {
+        self
+    }
+}
+
+impl Completion {
+    pub fn claim(&self) -> Claim {
+        Claim {
+            job_id: self.job_id,
+            batch_id: self.batch_id,
+        }
+    }
+}
+
 /// The most bytes of a handler's reason `last_error` keeps. The column is TEXT (65,535
 /// bytes), and a persistent handler may answer with 64 KiB, each control byte cleaned into
 /// the three of U+FFFD: a reason the column cannot hold would make the server refuse the
@@ -113,18 +135,17 @@ const DONE_CHUNK: usize = 4096;
 struct Statement {
     sql: String,
     params: Vec<Value>,
-    /// The claims it writes about, `(job id, batch_id)`, so that a short count can be traced
-    /// to its jobs.
-    claims: Vec<(u64, u64)>,
+    /// The claims it writes about, so that a short count can be traced to its jobs.
+    claims: Vec<Claim>,
 }
 
 /// The outcomes [`write_outcomes`] did not write, because their job was no longer claimed
 /// under its batch.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Unwritten {
-    /// The claim was reaped and the job put back meanwhile: it is someone else's now. As
-    /// `(job id, batch_id)`: the same job may be this instance's again, under a new batch.
-    pub lost: Vec<(u64, u64)>,
+    /// The claim was reaped and the job put back meanwhile: it is someone else's now. A
+    /// claim, not a job: the same job may be this instance's again, under a new batch.
+    pub lost: Vec<Claim>,
     /// The handler finished the job itself, in its own transaction, under the same batch (the
     /// exactly-once recipe): nothing left to write.
     pub finished: Vec<u64>,
@@ -136,15 +157,15 @@ pub struct Unwritten {
 /// than one statement. Returns the jobs whose write matched no row, and why.
 pub async fn write_outcomes(
     conn: &mut Conn,
-    completions: &[Completion],
+    completions: &[impl AsRef<Completion>],
 ) -> anyhow::Result<Unwritten> {
     let mut statements: Vec<Statement> = Vec::new();
-    let mut done: Vec<(u64, u64)> = Vec::new();
-    for c in completions {
+    let mut done: Vec<Claim> = Vec::new();
+    for c in completions.iter().map(AsRef::as_ref) {
         let (sql, params): (&str, Vec<Value>) = match &c.outcome {
             Outcome::Cancelled => (CANCEL_SEEN, Vec::new()),
             Outcome::Done => {
-                done.push((c.job_id, c.batch_id));
+                done.push(c.claim());
                 continue;
             }
             // Scheduled, out of the claim's range until the stager finds it due. A job that
@@ -178,7 +199,7 @@ pub async fn write_outcomes(
         statements.push(Statement {
             sql: sql.to_owned(),
             params,
-            claims: vec![(c.job_id, c.batch_id)],
+            claims: vec![c.claim()],
         });
     }
     // A job whose outcome came under two batches (reaped, then claimed here again) goes into
@@ -187,10 +208,10 @@ pub async fn write_outcomes(
     // protocol's 65,535.
     while !done.is_empty() {
         let mut ids = std::collections::HashSet::new();
-        let mut once: Vec<(u64, u64)> = Vec::new();
-        done.retain(|&(id, batch_id)| {
-            if once.len() < DONE_CHUNK && ids.insert(id) {
-                once.push((id, batch_id));
+        let mut once: Vec<Claim> = Vec::new();
+        done.retain(|&claim| {
+            if once.len() < DONE_CHUNK && ids.insert(claim.job_id) {
+                once.push(claim);
                 return false;
             }
             true
@@ -216,7 +237,7 @@ pub async fn write_outcomes(
         }
         // Rare: tell the jobs whose handler finished them under their batch from those whose
         // claim was reaped (the reaper clears batch_id). Served by the primary key.
-        let ids: Vec<u64> = st.claims.iter().map(|c| c.0).collect();
+        let ids: Vec<u64> = st.claims.iter().map(|c| c.job_id).collect();
         let (list, params) = in_list(&ids);
         let rows: Vec<(u64, Option<u64>, String)> = conn
             .exec(
@@ -225,7 +246,11 @@ pub async fn write_outcomes(
             )
             .await
             .context("reading which jobs lost their claim")?;
-        for (id, batch_id) in st.claims {
+        for claim in st.claims {
+            let Claim {
+                job_id: id,
+                batch_id,
+            } = claim;
             let row = rows.iter().find(|r| r.0 == id && r.1 == Some(batch_id));
             // As before: a job this statement wrote reads as finished too, which is as good.
             match row.map(|r| r.2.as_str()) {
@@ -238,7 +263,7 @@ pub async fn write_outcomes(
                     unwritten.finished.push(id);
                 }
                 Some("done" | "failed") => unwritten.finished.push(id),
-                _ => unwritten.lost.push((id, batch_id)),
+                _ => unwritten.lost.push(claim),
             }
         }
     }
@@ -250,12 +275,12 @@ pub async fn write_outcomes(
     Ok(unwritten)
 }
 
-/// The one UPDATE for the `done` outcomes of `claims` `(job id, batch_id)`, each id once: the
+/// The one UPDATE for the `done` outcomes of `claims`, each job once: the
 /// primary key's range over the ids, each row fenced by its own batch (a CASE on the id,
 /// which both servers evaluate per row). Both lists are padded to a power of two by repeating
 /// their last value, so that a few sizes of statement stay prepared.
-fn done_statement(claims: &[(u64, u64)]) -> Statement {
-    let ids: Vec<u64> = claims.iter().map(|c| c.0).collect();
+fn done_statement(claims: &[Claim]) -> Statement {
+    let ids: Vec<u64> = claims.iter().map(|c| c.job_id).collect();
     let (list, mut params) = in_list(&ids);
     let arms = claims.len().max(1).next_power_of_two();
     // CAST: MySQL types a parameter once, at PREPARE, and a CASE of parameters alone might
@@ -263,8 +288,8 @@ fn done_statement(claims: &[(u64, u64)]) -> Statement {
     // batch ids close to each other.
     let cases = vec!["WHEN ? THEN CAST(? AS UNSIGNED)"; arms].join(" ");
     for i in 0..arms {
-        let (id, batch_id) = claims[i.min(claims.len() - 1)];
-        params.extend([id.into(), batch_id.into()]);
+        let c = claims[i.min(claims.len() - 1)];
+        params.extend([c.job_id.into(), c.batch_id.into()]);
     }
     Statement {
         sql: format!(
@@ -282,13 +307,15 @@ mod tests {
 
     #[test]
     fn one_done_statement_fences_each_row_by_its_own_batch() {
-        let st = done_statement(&[(10, 1), (11, 2), (12, 2)]);
+        let claims =
+            [(10, 1), (11, 2), (12, 2)].map(|(job_id, batch_id)| Claim { job_id, batch_id });
+        let st = done_statement(&claims);
         // Three ids and three arms, each padded to four.
         assert_eq!(st.sql.matches("WHEN ? THEN CAST(? AS UNSIGNED)").count(), 4);
         assert_eq!(st.params.len(), 4 + 2 * 4);
         assert_eq!(st.params[4..6], [Value::from(10u64), Value::from(1u64)]);
         assert_eq!(st.params[10..12], [Value::from(12u64), Value::from(2u64)]);
-        assert_eq!(st.claims, vec![(10, 1), (11, 2), (12, 2)]);
+        assert_eq!(st.claims, claims);
     }
 
     #[test]

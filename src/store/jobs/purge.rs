@@ -1,5 +1,5 @@
 //! The deletion of finished jobs, one batch per call: what `myjob purge` and the reaper's
-//! retention pass repeat (see `crate::purge` for the pacing).
+//! retention pass repeat (see `reaper::retention` for the pacing).
 //!
 //! There is no index on `finished_at`, which would cost every outcome write an entry. The due
 //! index `(status, run_at, id, queue)` serves instead: a finished job ran after it was due, so

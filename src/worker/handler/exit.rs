@@ -55,6 +55,7 @@ pub fn backoff(queue: &QueueSettings, attempt: u32) -> Duration {
 
 /// The shortest and the longest time from a job's first failure to its last attempt's start,
 /// by [`backoff`]'s jitter: an outage shorter than the shortest is ridden out by every job.
+#[cfg(test)]
 pub fn retry_span(queue: &QueueSettings) -> (Duration, Duration) {
     let full = (1..queue.max_attempts).map(|attempt| {
         let exp = (attempt - 1).min(30);
@@ -119,7 +120,7 @@ mod tests {
     /// must outlast an hour, and the comment gives their span.
     #[test]
     fn the_sms_example_rides_out_an_hour() {
-        let text = include_str!("../../examples/sms/myjob.toml")
+        let text = include_str!("../../../examples/sms/myjob.toml")
             .replace("password_file", "# password_file");
         let s = crate::config::from_text(&text).unwrap();
         let (shortest, longest) = retry_span(&s.queues[0]);

@@ -33,19 +33,25 @@ use crate::store::lanes::{self, Claimer};
 
 /// How often the lanes are read again, and this instance's rows stamped.
 pub const REFRESH: Duration = Duration::from_secs(2);
+
 /// A row younger than this is not written again (see [`lanes::stamp`]): less than
 /// [`REFRESH`], so that each refresh of an instance still claiming moves its rows on.
 const STAMP_FRESH: Duration = Duration::from_secs(1);
+
 /// An instance counts as claiming from a queue while its row is younger than this: a few
 /// refreshes, so that one late stamp does not reshuffle the lanes.
 pub const SEEN_WITHIN: Duration = Duration::from_secs(6);
+
 /// How often an instance deletes the lanes not seen for [`PRUNE_AGE`].
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
 /// Only lanes seen within seconds count: any age well past that will do.
 const PRUNE_AGE: Duration = Duration::from_secs(24 * 3600);
+
 /// After the server refused the lanes' statements (the account lacks its grant on
 /// `myjob_lanes`), how long before they are tried again.
 const REFUSED_RETRY: Duration = Duration::from_secs(300);
+
 /// The server's code for a statement the account may not run on a table.
 const DENIED: u16 = 1142;
 

@@ -12,10 +12,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{QueueSettings, WorkerSettings};
-use crate::store::jobs::ClaimedJob;
+use crate::store::jobs::{Claim, ClaimedJob};
 
 /// How far ahead the prefetch looks (at most `batch_size` jobs).
 const HORIZON: Duration = Duration::from_millis(100);
+
 /// How often the completion rate is re-estimated.
 const RATE_WINDOW: Duration = Duration::from_millis(250);
 
@@ -87,9 +88,15 @@ impl Prefetch {
         self.ready.iter().map(|r| r.batch_id)
     }
 
-    /// The waiting jobs as `(id, batch_id)`.
-    pub fn claims(&self) -> Vec<(u64, u64)> {
-        self.ready.iter().map(|r| (r.job.id, r.batch_id)).collect()
+    /// The waiting jobs' claims.
+    pub fn claims(&self) -> Vec<Claim> {
+        self.ready
+            .iter()
+            .map(|r| Claim {
+                job_id: r.job.id,
+                batch_id: r.batch_id,
+            })
+            .collect()
     }
 
     /// Keeps only the waiting jobs in `held`; returns the ids of the others.

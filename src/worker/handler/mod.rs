@@ -14,10 +14,16 @@ use tracing::{warn, Span};
 
 use crate::config::{self, QueueSettings};
 use crate::worker::guard;
-use crate::worker::output::{self, Tag};
+use output::Tag;
 /// After the handler exits, how long its output pipes may stay open (held by a child that
 /// escaped the process group) before myjob stops reading them.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
+pub(crate) mod exit;
+pub(crate) mod output;
+pub(crate) mod pool;
+pub(crate) mod process;
+pub(crate) mod protocol;
 
 /// The job as the handler sees it.
 #[derive(Debug, Clone)]

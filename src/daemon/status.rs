@@ -1,11 +1,17 @@
-//! Counters one instance keeps about itself, shared by the consumer (which counts) and the
-//! status task (which reports them to systemd and decides whether to pet the watchdog).
+//! The status line: counters one instance keeps about itself, shared by the consumer (which
+//! counts) and the status task ([`status_loop`], which reports them to systemd as STATUS= and
+//! decides whether to pet the watchdog).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
+use super::notify;
+
 #[derive(Debug)]
-pub struct Stats {
+pub struct Counters {
     started: Instant,
     pub running: AtomicUsize,
     pub slots: AtomicUsize,
@@ -18,9 +24,9 @@ pub struct Stats {
     heartbeat_ms: AtomicU64,
 }
 
-impl Default for Stats {
+impl Default for Counters {
     fn default() -> Self {
-        Stats {
+        Counters {
             started: Instant::now(),
             running: AtomicUsize::new(0),
             slots: AtomicUsize::new(0),
@@ -33,7 +39,7 @@ impl Default for Stats {
     }
 }
 
-impl Stats {
+impl Counters {
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -69,5 +75,32 @@ impl Stats {
             self.failed.load(Relaxed),
             self.retried.load(Relaxed),
         )
+    }
+}
+
+/// Reports STATUS= to systemd, and pets the watchdog while the consumer loop keeps turning.
+/// The loop turns at least once a second when healthy; one that has not turned for a whole
+/// watchdog period (stuck in a query, say) gets no more pings, and systemd restarts the unit.
+pub(super) async fn status_loop(counters: Arc<Counters>, stop: CancellationToken) {
+    let watchdog = notify::watchdog_timeout();
+    let period = watchdog.map_or(Duration::from_secs(2), |w| {
+        (w / 2).min(Duration::from_secs(2))
+    });
+    let mut last = String::new();
+    loop {
+        if let Some(w) = watchdog {
+            if counters.since_beat() < w {
+                notify::notify_watchdog();
+            }
+        }
+        let line = counters.summary();
+        if line != last {
+            notify::notify_status(&line);
+            last = line;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(period) => {}
+        }
     }
 }

@@ -25,11 +25,13 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::{CatchUp, ScheduleSettings, MAX_CATCH_UP};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure};
 use crate::error::chain;
-use crate::schedule::{CatchUp, ScheduleSettings, MAX_CATCH_UP};
 use crate::store::schedules::{self, Tick, TickJob};
+
+mod ticks;
 
 /// A tick this recent is the schedule's current one, however it was missed: a first pass
 /// that comes a little late (a slow start, a reconnect) still enqueues it, whatever the
@@ -67,15 +69,24 @@ pub struct Scheduler {
     /// When this instance last deleted old ticks.
     pruned: Option<Instant>,
     /// What this instance knows of each schedule beyond its rows.
-    memory: HashMap<String, Memory>,
-    /// The previous pass that read the database's clock: that time, and when it started and
-    /// ended by this host's monotonic clock.
-    previous: Option<(DateTime<Utc>, Instant, Instant)>,
+    memory: HashMap<String, Known>,
+    /// The previous pass that read the database's clock.
+    previous: Option<PassClock>,
     read_only: db::ReadOnly,
 }
 
+/// A pass that read the database's clock: that time, and when the pass started and ended by
+/// this host's monotonic clock. The next pass tells by both clocks whether this instance ran
+/// all along between them (see [`MAX_GAP`]).
+#[derive(Debug, Clone, Copy)]
+struct PassClock {
+    db_time: DateTime<Utc>,
+    started: Instant,
+    ended: Instant,
+}
+
 /// One schedule as this instance last passed over it.
-struct Memory {
+struct Known {
     /// The schedule's definition then: a changed one starts afresh.
     definition: String,
     /// The database's time at that pass: the ticks since came while this instance ran.
@@ -139,8 +150,8 @@ impl Scheduler {
                 pass = self.pass(&settings) => pass,
             };
             // A pass that read the clock and then failed still ran until now.
-            if let Some((_, start, end)) = self.previous.as_mut().filter(|p| p.1 >= begun) {
-                *end = Instant::now().max(*start);
+            if let Some(p) = self.previous.as_mut().filter(|p| p.started >= begun) {
+                p.ended = Instant::now().max(p.started);
             }
             wait = match pass {
                 Ok(next) => {
@@ -186,10 +197,14 @@ impl Scheduler {
         // Ran all along since the previous pass, by both clocks (the monotonic one stops
         // while the host is suspended)? Else the ticks since are missed ones.
         let gap = delta(MAX_GAP);
-        let continuous = self.previous.is_some_and(|(then, start, end)| {
-            end.elapsed() <= MAX_GAP && now - then - delta(end - start) <= gap
+        let continuous = self.previous.is_some_and(|p| {
+            p.ended.elapsed() <= MAX_GAP && now - p.db_time - delta(p.ended - p.started) <= gap
         });
-        self.previous = Some((now, started, started));
+        self.previous = Some(PassClock {
+            db_time: now,
+            started,
+            ended: started,
+        });
         if !continuous {
             for m in self.memory.values_mut() {
                 m.checked = None;
@@ -250,7 +265,7 @@ impl Scheduler {
                 let more = if c.capped { " or more" } else { "" };
                 info!(schedule = %s.name, missed = c.missed, enqueues, "scheduler: schedule {}: {}{} ticks missed while no instance ran; the catch-up enqueues {}", s.name, c.missed, more, enqueues);
             }
-            let mut memory = Memory {
+            let mut memory = Known {
                 definition,
                 checked: Some(now),
                 failing,
@@ -341,7 +356,7 @@ async fn prune(conn: &mut Conn, now: DateTime<Utc>, limit: Duration) -> anyhow::
 async fn enqueue_due(
     conn: &mut Conn,
     s: &ScheduleSettings,
-    memory: &mut Memory,
+    memory: &mut Known,
     stale: &Stale,
     limit: Duration,
 ) -> anyhow::Result<bool> {

@@ -14,7 +14,7 @@
 //! take it over also stages, without the lock, the jobs due for longer than [`OVERDUE`]: a
 //! working holder leaves none, and each move is fenced by the row's own status and run_at.
 //!
-//! The same task runs the gate (see [`crate::gate`]), lock or not: each instance admits the
+//! The same task runs the gate (see [`gate`]), lock or not: each instance admits the
 //! blocked jobs of the queues it serves, with their `key_limit`. It runs at once when the
 //! consumer's probe saw blocked jobs in those queues, and every few polls besides (a busy
 //! consumer does not probe), so that an idle instance pays no statement of its own for it.
@@ -31,9 +31,13 @@ use tracing::{debug, info, warn};
 use crate::config::{DatabaseSettings, Settings};
 use crate::db::{self, Failure, NamedLock, ServerId};
 use crate::error::chain;
-use crate::gate::{self, Gate, Wakes};
+
 use crate::metrics::{Metrics, Op};
 use crate::store::jobs::{self, keys};
+
+pub mod gate;
+
+use gate::{Gate, Wakes};
 
 /// The stager lock: one stager acts at a time across all instances on the server.
 const LOCK: &str = "myjob_stager";
@@ -50,11 +54,7 @@ const MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Stager {
     db: DatabaseSettings,
     settings: watch::Receiver<Arc<Settings>>,
-    conn: Option<Conn>,
-    /// Whether this connection holds the stager lock (or the server has no lock functions).
-    stages: bool,
-    /// Polls since a stager without the lock last tried to take it.
-    standby_polls: u32,
+    role: Role,
     /// Admits blocked jobs, at every poll.
     gate: Gate,
     /// Shared with the consumer: told when the gate admitted jobs, and woken when the
@@ -67,6 +67,51 @@ pub struct Stager {
     backoff: db::Backoff,
     /// Passes timed.
     metrics: Arc<Metrics>,
+}
+
+/// The stager's connection, and its part among the instances on the server.
+enum Role {
+    /// No connection: the next full pass connects.
+    Disconnected,
+    /// Connected while another instance holds the stager lock: tries to take it over once
+    /// per [`STANDBY_POLLS`] polls, `polls` counting since the last try.
+    Standby { conn: Conn, polls: u32 },
+    /// Connected and staging for every instance on the server: this connection holds the
+    /// lock, or the server has no lock functions and every stager acts.
+    Lead { conn: Conn },
+}
+
+impl Role {
+    /// A new connection, which tries to take the lock at its first pass.
+    fn connected(conn: Conn) -> Role {
+        Role::Standby {
+            conn,
+            polls: STANDBY_POLLS,
+        }
+    }
+
+    fn conn(&mut self) -> Option<&mut Conn> {
+        match self {
+            Role::Disconnected => None,
+            Role::Standby { conn, .. } | Role::Lead { conn } => Some(conn),
+        }
+    }
+
+    /// The lock is this connection's (held until the connection ends), or there is none.
+    fn lead(&mut self) {
+        *self = match std::mem::replace(self, Role::Disconnected) {
+            Role::Standby { conn, .. } | Role::Lead { conn } => Role::Lead { conn },
+            Role::Disconnected => Role::Disconnected,
+        };
+    }
+
+    /// The connection, taken out to be closed; a lock it held goes with it.
+    fn disconnect(&mut self) -> Option<Conn> {
+        match std::mem::replace(self, Role::Disconnected) {
+            Role::Standby { conn, .. } | Role::Lead { conn } => Some(conn),
+            Role::Disconnected => None,
+        }
+    }
 }
 
 /// What a pass did, and so when the next is due.
@@ -91,9 +136,7 @@ impl Stager {
             metrics,
             db,
             settings,
-            conn: None,
-            stages: false,
-            standby_polls: STANDBY_POLLS,
+            role: Role::Disconnected,
             gate: Gate::default(),
             read_only: db::ReadOnly::default(),
             backoff: db::Backoff::default(),
@@ -121,7 +164,7 @@ impl Stager {
             let now = tokio::time::Instant::now();
             if woken {
                 // Without a connection, the next full pass connects first.
-                if self.conn.is_none() || now < gate_after {
+                if matches!(self.role, Role::Disconnected) || now < gate_after {
                     continue;
                 }
                 let t = Instant::now();
@@ -156,13 +199,13 @@ impl Stager {
             };
             next_pass = tokio::time::Instant::now() + wait;
         }
-        if let Some(conn) = self.conn.take() {
+        if let Some(conn) = self.role.disconnect() {
             let _ = conn.disconnect().await;
         }
     }
 
     async fn pass(&mut self) -> anyhow::Result<Pass> {
-        if self.conn.is_none() {
+        if let Role::Disconnected = self.role {
             let mut conn = db::connect(&self.db).await?;
             // The stager lock lives as long as this connection: a host gone without a reset
             // must not keep it for the server's default of 8 hours. A pass comes at least
@@ -172,9 +215,7 @@ impl Stager {
             db::set_wait_timeout(&mut conn, wait).await?;
             let server = ServerId::of(&mut conn).await?;
             self.gate.connected(keys::Referee::of(&server));
-            self.conn = Some(conn);
-            self.stages = false;
-            self.standby_polls = STANDBY_POLLS;
+            self.role = Role::connected(conn);
         }
         let pass = self.stage().await?;
         self.gate_polls += 1;
@@ -189,7 +230,7 @@ impl Stager {
     async fn gate(&mut self, reads: usize) -> anyhow::Result<u64> {
         self.gate_polls = 0;
         let settings = self.settings.borrow().clone();
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(conn) = self.role.conn() else {
             return Ok(0);
         };
         let admitted = self.gate.pass(conn, &settings, reads).await?;
@@ -207,36 +248,40 @@ impl Stager {
     /// Stages, when this instance holds the stager lock; without it, tries to take it over
     /// once per [`STANDBY_POLLS`] polls.
     async fn stage(&mut self) -> anyhow::Result<Pass> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Ok(Pass::Standby);
-        };
-        if !self.stages {
-            self.standby_polls += 1;
-            if self.standby_polls < STANDBY_POLLS {
-                return Ok(Pass::Standby);
-            }
-            self.standby_polls = 0;
-            // Held until the connection ends: no release, no take again at each pass.
-            match db::try_lock(conn, LOCK).await? {
-                NamedLock::Held => {
-                    info!("stager: this instance stages scheduled jobs for every instance on the server");
-                    self.stages = true;
-                }
-                // Every stager acts: each move is fenced by the row's own status and run_at.
-                NamedLock::Unsupported => self.stages = true,
-                NamedLock::Busy => {
-                    let staged = jobs::stage(conn, OVERDUE).await?;
-                    if staged.moved > 0 {
-                        warn!(
-                            jobs = staged.moved,
-                            "stager: the instance that holds the stager lock left jobs due for over {}s; staged them here",
-                            OVERDUE.as_secs()
-                        );
-                    }
+        match &mut self.role {
+            Role::Disconnected => return Ok(Pass::Standby),
+            Role::Lead { .. } => {}
+            Role::Standby { conn, polls } => {
+                *polls += 1;
+                if *polls < STANDBY_POLLS {
                     return Ok(Pass::Standby);
+                }
+                *polls = 0;
+                // Held until the connection ends: no release, no take again at each pass.
+                match db::try_lock(conn, LOCK).await? {
+                    NamedLock::Held => {
+                        info!("stager: this instance stages scheduled jobs for every instance on the server");
+                        self.role.lead();
+                    }
+                    // Every stager acts: each move is fenced by the row's own status and run_at.
+                    NamedLock::Unsupported => self.role.lead(),
+                    NamedLock::Busy => {
+                        let staged = jobs::stage(conn, OVERDUE).await?;
+                        if staged.moved > 0 {
+                            warn!(
+                                jobs = staged.moved,
+                                "stager: the instance that holds the stager lock left jobs due for over {}s; staged them here",
+                                OVERDUE.as_secs()
+                            );
+                        }
+                        return Ok(Pass::Standby);
+                    }
                 }
             }
         }
+        let Role::Lead { conn } = &mut self.role else {
+            return Ok(Pass::Standby);
+        };
         let staged = jobs::stage(conn, Duration::ZERO).await?;
         if staged.moved > 0 {
             self.read_only.wrote("stager");
@@ -253,11 +298,10 @@ impl Stager {
     /// whether the server refused the write as read-only (said once, not at every pass).
     async fn failed(&mut self, e: anyhow::Error) -> bool {
         if self.read_only.failed("stager", &e) {
-            self.conn = None;
-            self.stages = false;
+            self.role = Role::Disconnected;
             return true;
         }
-        let kept = match (db::classify(&e), self.conn.as_mut()) {
+        let kept = match (db::classify(&e), self.role.conn()) {
             (Failure::Connection, _) | (_, None) => false,
             (_, Some(conn)) => conn.query_drop("ROLLBACK").await.is_ok(),
         };
@@ -265,8 +309,7 @@ impl Stager {
             warn!("stager: {}; trying again at the next poll", chain(&*e));
         } else {
             warn!("stager: {}; reconnecting at the next poll", chain(&*e));
-            self.conn = None;
-            self.stages = false;
+            self.role = Role::Disconnected;
         }
         false
     }

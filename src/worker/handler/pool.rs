@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::config::{QueueSettings, Settings};
 use crate::metrics::{Metrics, ProcessExit};
-use crate::worker::process::Process;
+use crate::worker::handler::process::Process;
 
 /// The first delay after a process of a queue failed to start; it doubles with each failure
 /// in a row, up to [`START_DELAY_MAX`], and resets once one is ready.

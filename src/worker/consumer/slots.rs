@@ -13,12 +13,12 @@ use tracing::{Instrument, Span};
 
 use crate::config::{Settings, WorkerSettings};
 use crate::metrics::{Metrics, ProcessExit};
-use crate::store::jobs::{Completion, Outcome, Payload};
+use crate::store::jobs::{Claim, Completion, Outcome, Payload};
+use crate::worker::consumer::prefetch::Ready;
+use crate::worker::handler::exit;
+use crate::worker::handler::pool::Pool;
+use crate::worker::handler::process::{self, Process};
 use crate::worker::handler::{self, Exit};
-use crate::worker::pool::Pool;
-use crate::worker::prefetch::Ready;
-use crate::worker::process::{self, Process};
-use crate::worker::retry;
 
 /// A handler that ended, with its job's outcome.
 #[derive(Debug)]
@@ -127,11 +127,14 @@ impl Slots {
         self.running.values().map(|r| r.batch_id)
     }
 
-    /// The running jobs as `(id, batch_id)`.
-    pub fn claims(&self) -> Vec<(u64, u64)> {
+    /// The running jobs' claims.
+    pub fn claims(&self) -> Vec<Claim> {
         self.running
             .values()
-            .map(|r| (r.job_id, r.batch_id))
+            .map(|r| Claim {
+                job_id: r.job_id,
+                batch_id: r.batch_id,
+            })
             .collect()
     }
 
@@ -172,7 +175,7 @@ impl Slots {
                     "its payload of {length} bytes is over worker.max_payload_bytes ({}), and was not loaded: raise the limit, or pass a reference to the data instead",
                     worker.max_payload_bytes
                 );
-                let outcome = retry::decide(Exit::Refused { reason }, attempt, max_attempts, &q);
+                let outcome = exit::decide(Exit::Refused { reason }, attempt, max_attempts, &q);
                 self.tasks
                     .spawn(async move { Ran::Alone(outcome) }.instrument(span.clone()))
             }
@@ -196,7 +199,7 @@ impl Slots {
                     self.tasks.spawn(
                         async move {
                             let exit = handler::run(&run, &q, kill_grace, &stop, &abort).await;
-                            Ran::Alone(retry::decide(exit, run.attempt, run.max_attempts, &q))
+                            Ran::Alone(exit::decide(exit, run.attempt, run.max_attempts, &q))
                         }
                         .instrument(span.clone()),
                     )
@@ -251,7 +254,7 @@ impl Slots {
                     process::serve(run, q.clone(), process, not_before, kill_grace, stop, abort)
                         .await;
                 Ran::Persistent {
-                    outcome: retry::decide(served.exit, attempt, max_attempts, &q),
+                    outcome: exit::decide(served.exit, attempt, max_attempts, &q),
                     process: served.process.map(Box::new),
                     start: served.start,
                 }
@@ -412,7 +415,7 @@ impl Slots {
                     reason: format!("internal error in myjob: {e}"),
                     code: None,
                 };
-                retry::decide(exit, r.attempt, r.max_attempts, &r.queue)
+                exit::decide(exit, r.attempt, r.max_attempts, &r.queue)
             }
         };
         Some(Finished {

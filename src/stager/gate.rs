@@ -1,5 +1,5 @@
 //! The gate: admits blocked jobs into the free slots of their concurrency keys (see
-//! `store::jobs::keys`). A job that ends hands its slot on itself (`worker::handoff`); the
+//! `store::jobs::keys`). A job that ends hands its slot on itself (`worker::consumer::handoff`); the
 //! gate admits the rest: jobs that arrive blocked (a producer's INSERT, a retry come due,
 //! `myjob retry`), slots freed by the reaper or a cancel, and any hand-off that was missed.
 //! It reads the rows, not a counter, so a pass repairs whatever the last one left.

@@ -22,14 +22,23 @@ pub type Tally = Option<(Arc<QueueMetrics>, metrics::Outcome)>;
 /// The longest an outcome waits for others to share its write.
 pub const WRITE_AFTER: Duration = Duration::from_millis(10);
 
+/// One outcome held: what its write says, where it is counted once written, and its job's
+/// span, so that the lines about its write carry the job's fields.
+struct Held {
+    completion: Completion,
+    tally: Tally,
+    span: Span,
+}
+
+impl AsRef<Completion> for Held {
+    fn as_ref(&self) -> &Completion {
+        &self.completion
+    }
+}
+
 #[derive(Default)]
 pub struct Outbox {
-    held: Vec<Completion>,
-    /// Each held outcome's tally, in the same order.
-    tallies: Vec<Tally>,
-    /// Each held outcome's job span, in the same order: the lines about its write carry the
-    /// job's fields.
-    spans: Vec<Span>,
+    held: Vec<Held>,
     /// When the oldest held outcome came in.
     since: Option<Instant>,
     /// Not before then: the last write lost a race (see [`Outbox::lost_race`]).
@@ -42,9 +51,11 @@ pub struct Outbox {
 impl Outbox {
     pub fn push(&mut self, c: Completion, tally: Tally, span: Span) {
         self.since.get_or_insert_with(Instant::now);
-        self.held.push(c);
-        self.tallies.push(tally);
-        self.spans.push(span);
+        self.held.push(Held {
+            completion: c,
+            tally,
+            span,
+        });
     }
 
     /// A job given back before its handler started: its claim undone, no attempt counted.
@@ -74,7 +85,7 @@ impl Outbox {
 
     /// The batches the held outcomes belong to: still this instance's claims.
     pub fn batches(&self) -> impl Iterator<Item = u64> + '_ {
-        self.held.iter().map(|c| c.batch_id)
+        self.held.iter().map(|h| h.completion.batch_id)
     }
 
     /// Whether to write now: once `enough` have finished, once the oldest has waited
@@ -124,13 +135,11 @@ impl Outbox {
             }
             Err(e) => return Err(e),
         };
-        report(&unwritten, &self.held, &self.spans);
-        for (c, t) in self.held.iter().zip(self.tallies.drain(..)) {
-            count(c, t, &unwritten);
-            freed(&mut self.freed, c, &unwritten);
+        report(&unwritten, &self.held);
+        for h in self.held.drain(..) {
+            count(&h.completion, h.tally, &unwritten);
+            freed(&mut self.freed, &h.completion, &unwritten);
         }
-        self.held.clear();
-        self.spans.clear();
         self.since = None;
         self.not_before = None;
         Ok(())
@@ -143,25 +152,17 @@ impl Outbox {
     /// their batches re-owned at the reconnect, rather than lose them and leave their jobs
     /// claimed for the reaper to hand out again, finished though they are.
     async fn write_one_by_one(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
-        while let Some(c) = self.held.first() {
-            let span = self.spans.first().cloned().unwrap_or_else(Span::none);
-            match write_or_fail(conn, c, &span).await {
+        while let Some(h) = self.held.first() {
+            match write_or_fail(conn, &h.completion, &h.span).await {
                 Ok((unwritten, failed)) => {
-                    report(
-                        &unwritten,
-                        std::slice::from_ref(c),
-                        std::slice::from_ref(&span),
-                    );
-                    if !self.spans.is_empty() {
-                        self.spans.remove(0);
-                    }
-                    let c = self.held.remove(0);
-                    let t = match (self.tallies.remove(0), failed) {
+                    report(&unwritten, std::slice::from_ref(h));
+                    let h = self.held.remove(0);
+                    let t = match (h.tally, failed) {
                         (Some((q, _)), true) => Some((q, metrics::Outcome::Failed)),
                         (t, _) => t,
                     };
-                    count(&c, t, &unwritten);
-                    freed(&mut self.freed, &c, &unwritten);
+                    count(&h.completion, t, &unwritten);
+                    freed(&mut self.freed, &h.completion, &unwritten);
                 }
                 Err(e) => {
                     self.since = Some(Instant::now());
@@ -206,7 +207,7 @@ async fn write_or_fail(
             });
             Ok((
                 Unwritten {
-                    lost: vec![(c.job_id, c.batch_id)],
+                    lost: vec![c.claim()],
                     ..Unwritten::default()
                 },
                 false,
@@ -215,9 +216,7 @@ async fn write_or_fail(
         Ok(unwritten) => {
             // Said once the failure is written, the only time it is final: a write cut short
             // comes back here, and a claim put back meanwhile runs the job again.
-            if !unwritten.lost.contains(&(c.job_id, c.batch_id))
-                && !unwritten.finished.contains(&c.job_id)
-            {
+            if !unwritten.lost.contains(&c.claim()) && !unwritten.finished.contains(&c.job_id) {
                 span.in_scope(|| {
                     error!(
                         target: "myjob::msg::failed",
@@ -239,7 +238,7 @@ fn count(c: &Completion, tally: Tally, unwritten: &Unwritten) {
     let Some((queue, outcome)) = tally else {
         return;
     };
-    if unwritten.lost.contains(&(c.job_id, c.batch_id)) {
+    if unwritten.lost.contains(&c.claim()) {
         queue.ended(metrics::Outcome::Lost);
     } else {
         queue.ended(outcome);
@@ -253,20 +252,22 @@ fn freed(freed: &mut Vec<KeySlot>, c: &Completion, unwritten: &Unwritten) {
     let Some(slot) = &c.slot else {
         return;
     };
-    if c.outcome != Outcome::Release && !unwritten.lost.contains(&(c.job_id, c.batch_id)) {
+    if c.outcome != Outcome::Release && !unwritten.lost.contains(&c.claim()) {
         freed.push(slot.clone());
     }
 }
 
 /// Logs the outcomes among `held` that were not written, each in its job's span.
-fn report(unwritten: &Unwritten, held: &[Completion], spans: &[Span]) {
+fn report(unwritten: &Unwritten, held: &[Held]) {
     let span_of = |job_id: u64, batch_id: Option<u64>| {
         held.iter()
-            .zip(spans)
-            .find(|(c, _)| c.job_id == job_id && batch_id.is_none_or(|b| b == c.batch_id))
-            .map_or_else(Span::none, |(_, s)| s.clone())
+            .find(|h| {
+                let c = &h.completion;
+                c.job_id == job_id && batch_id.is_none_or(|b| b == c.batch_id)
+            })
+            .map_or_else(Span::none, |h| h.span.clone())
     };
-    for &(job_id, batch_id) in &unwritten.lost {
+    for &jobs::Claim { job_id, batch_id } in &unwritten.lost {
         span_of(job_id, Some(batch_id)).in_scope(|| {
             warn!(
                 job_id,

@@ -19,11 +19,14 @@ use crate::error::chain;
 /// How long the connection may sit without a query before it is pinged, so that a server's
 /// `wait_timeout` never closes it under a long-running handler.
 const KEEPALIVE: Duration = Duration::from_secs(1);
+
 /// How much longer than a lock wait (`database.lock_wait_timeout`) any of the consumer's
 /// statements may take before its connection counts as lost: see [`Link::limit`].
 const STATEMENT_SLACK: Duration = Duration::from_secs(5);
+
 /// The longest a connection and its setup (identity, adopting the claims) may take.
 const SETUP_LIMIT: Duration = Duration::from_secs(15);
+
 /// What the server's `wait_timeout` for this session adds to the longest the consumer can
 /// take to stop its handlers: see [`session_wait_timeout`].
 const WAIT_TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
@@ -54,11 +57,7 @@ fn statement_limit(db: &DatabaseSettings) -> Duration {
 
 pub struct Link {
     db: DatabaseSettings,
-    conn: Option<Conn>,
-    /// `owner_server` for claims made on `conn`.
-    server: String,
-    /// While `conn` is None: when to try connecting again.
-    reconnect_at: Instant,
+    state: State,
     /// Counts on until a statement succeeds again, so that a connection that works and a
     /// statement that always fails cannot make a tight connect-fail loop.
     backoff: Backoff,
@@ -72,13 +71,26 @@ pub struct Link {
     /// The server refused a write as read-only: said once, and the backoff is not reset by
     /// reads until a write succeeds again (see [`Link::wrote`]).
     read_only: db::ReadOnly,
-    last_query: Instant,
-    /// While down: the server turned the last connect down itself (see
-    /// [`Link::refused_fence`]).
-    refused: bool,
     /// Told once the first connection is up and the server's identity read: the daemon sends
     /// READY=1 only then.
     connected: Option<oneshot::Sender<()>>,
+}
+
+/// Whether the link is connected, with what each state needs.
+enum State {
+    /// Connected. Claims made on `conn` carry `server` as their `owner_server`; the keepalive
+    /// pings after [`KEEPALIVE`] without a statement since `last_query`.
+    Up {
+        conn: Conn,
+        server: String,
+        last_query: Instant,
+    },
+    /// Not connected: the next attempt is due at `reconnect_at`. `refused`: the server itself
+    /// turned the last attempt down (see [`Link::refused_fence`]).
+    Down {
+        reconnect_at: Instant,
+        refused: bool,
+    },
 }
 
 /// A connection just made, with the identity of its server, before the consumer adopts its
@@ -95,38 +107,46 @@ impl Link {
         let limit = statement_limit(&db);
         Link {
             db,
-            conn: None,
-            server: String::new(),
-            reconnect_at: Instant::now(),
+            state: State::Down {
+                reconnect_at: Instant::now(),
+                refused: false,
+            },
             backoff: Backoff::default(),
             limit,
             last_answer: Instant::now(),
             fence: limit,
             read_only: db::ReadOnly::default(),
-            last_query: Instant::now(),
-            refused: false,
             connected: Some(connected),
         }
     }
 
     /// The connection, when it is up.
     pub fn conn(&mut self) -> Option<&mut Conn> {
-        self.conn.as_mut()
+        match &mut self.state {
+            State::Up { conn, .. } => Some(conn),
+            State::Down { .. } => None,
+        }
     }
 
     /// The connection, when it is up, with the `owner_server` of claims made on it.
     pub fn claimer(&mut self) -> Option<(&mut Conn, &str)> {
-        Some((self.conn.as_mut()?, &self.server))
+        match &mut self.state {
+            State::Up { conn, server, .. } => Some((conn, server.as_str())),
+            State::Down { .. } => None,
+        }
     }
 
     pub fn is_up(&self) -> bool {
-        self.conn.is_some()
+        matches!(self.state, State::Up { .. })
     }
 
     /// A statement ran: the keepalive waits again.
     pub fn used(&mut self) {
-        self.last_query = Instant::now();
-        self.last_answer = self.last_query;
+        let now = Instant::now();
+        if let State::Up { last_query, .. } = &mut self.state {
+            *last_query = now;
+        }
+        self.last_answer = now;
     }
 
     /// The longest one of the consumer's statements may take: a lock wait and some. A
@@ -157,7 +177,8 @@ impl Link {
     /// at half that. Otherwise [`Link::fence`]: a server that does not answer runs no reaper,
     /// and one that restarted judges earlier claims by their server's heartbeat.
     pub fn refused_fence(&self, interval: Duration) -> Option<Duration> {
-        (self.conn.is_none() && self.refused).then(|| (interval / 2).min(self.fence))
+        matches!(self.state, State::Down { refused: true, .. })
+            .then(|| (interval / 2).min(self.fence))
     }
 
     /// A statement succeeded: the connection works, and the backoff starts over, unless the
@@ -182,26 +203,31 @@ impl Link {
         if !self.read_only.failed("consumer", e) {
             warn!("consumer: database error, reconnecting: {}", chain(&**e));
         }
-        self.conn = None;
-        self.reconnect_at = Instant::now() + self.backoff.count();
+        self.state = State::Down {
+            reconnect_at: Instant::now() + self.backoff.count(),
+            refused: false,
+        };
     }
 
     /// The next thing the link needs time for: a reconnect when down, a ping when up.
     pub fn deadline(&self) -> Instant {
-        match self.conn {
-            Some(_) => self.last_query + KEEPALIVE,
-            None => self.reconnect_at,
+        match self.state {
+            State::Up { last_query, .. } => last_query + KEEPALIVE,
+            State::Down { reconnect_at, .. } => reconnect_at,
         }
     }
 
     /// Pings the connection if it has been quiet for [`KEEPALIVE`].
     pub async fn keepalive(&mut self) {
-        if Instant::now() < self.last_query + KEEPALIVE {
-            return;
-        }
-        let Some(conn) = self.conn.as_mut() else {
+        let State::Up {
+            conn, last_query, ..
+        } = &mut self.state
+        else {
             return;
         };
+        if Instant::now() < *last_query + KEEPALIVE {
+            return;
+        }
         let ping = async {
             conn.ping()
                 .await
@@ -217,8 +243,9 @@ impl Link {
     /// connection is handed back with its server's identity, for the consumer to adopt its
     /// claims on before [`Link::install`]; a failure is logged and waits for the backoff.
     pub async fn connect_if_due(&mut self, stale_after: Duration) -> Option<Fresh> {
-        if self.conn.is_some() || Instant::now() < self.reconnect_at {
-            return None;
+        match self.state {
+            State::Down { reconnect_at, .. } if Instant::now() >= reconnect_at => {}
+            _ => return None,
         }
         let fence = fence_for(self.limit, stale_after);
         let wait_timeout = session_wait_timeout(&self.db, stale_after);
@@ -248,10 +275,13 @@ impl Link {
 
     /// Connecting, or setting up the new connection, failed.
     pub fn failed(&mut self, e: &anyhow::Error) {
-        self.refused = e
+        let refused = e
             .downcast_ref::<db::ConnectError>()
             .is_some_and(|c| c.answered);
-        self.reconnect_at = Instant::now() + self.backoff.failed("consumer", e);
+        self.state = State::Down {
+            reconnect_at: Instant::now() + self.backoff.failed("consumer", e),
+            refused,
+        };
     }
 
     /// Puts a connection that is set up into use.
@@ -265,9 +295,11 @@ impl Link {
         } else {
             info!(connection = id, "consumer: connected");
         }
-        self.conn = Some(fresh.conn);
-        self.refused = false;
-        self.server = fresh.server;
+        self.state = State::Up {
+            conn: fresh.conn,
+            server: fresh.server,
+            last_query: Instant::now(),
+        };
         self.fence = fresh.fence;
         self.used();
         if let Some(tx) = self.connected.take() {
@@ -277,7 +309,11 @@ impl Link {
 
     /// Closes the connection at the end of a stop.
     pub async fn close(&mut self) {
-        if let Some(conn) = self.conn.take() {
+        let down = State::Down {
+            reconnect_at: Instant::now(),
+            refused: false,
+        };
+        if let State::Up { conn, .. } = std::mem::replace(&mut self.state, down) {
             let _ = conn.disconnect().await;
         }
     }
@@ -335,7 +371,7 @@ mod tests {
         );
         let total = session_wait_timeout(&db, stale_after).as_secs();
         assert_eq!(l + f + s + m, total);
-        let docs = include_str!("../../docs/servers.md").replace("\n  ", " ");
+        let docs = include_str!("../../../docs/servers.md").replace("\n  ", " ");
         let said = format!("{total} s by default ({l} + {f} + {s} + {m})");
         assert!(docs.contains(&said), "docs/servers.md should say {said:?}");
         assert!(docs.contains("`lock_wait_timeout` plus 5 s") && STATEMENT_SLACK.as_secs() == 5);

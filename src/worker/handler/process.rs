@@ -1,5 +1,5 @@
 //! A persistent handler process: started once, fed one job at a time on its stdin (see
-//! [`protocol`](crate::worker::protocol)), and kept between jobs.
+//! [`protocol`](crate::worker::handler::protocol)), and kept between jobs.
 //!
 //! Whatever goes wrong during a job (an exit, a protocol error, a timeout) ends the process
 //! before the job's outcome is reported: a job is never run again while its first run may
@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Span};
 
 use crate::config::QueueSettings;
+use crate::worker::handler::output::{self, Tag};
+use crate::worker::handler::protocol::{self, Answer};
 use crate::worker::handler::{self, describe, signal_group, Exit, Job};
-use crate::worker::output::{self, Tag};
-use crate::worker::protocol::{self, Answer};
 
 /// The largest payload sent in the same write as its header: a pipe's default capacity, so
 /// that the write seldom waits on the reader; a larger one is not copied.

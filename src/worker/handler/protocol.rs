@@ -8,7 +8,7 @@
 //!
 //! Any other line on stdout is a protocol error.
 
-use crate::worker::output::clean;
+use crate::worker::handler::output::clean;
 
 /// The value of `MYJOB_PROTOCOL` in a persistent process's environment.
 pub const VERSION: &str = "1";
