@@ -8,9 +8,8 @@
 //! moment, half with one side's transaction held open while the other commits (see
 //! [`Timing`]).
 
-mod common;
-
-use common::TestDb;
+use crate::common;
+use crate::common::TestDb;
 use myjob::store::jobs::admin::{self, Refused};
 use myjob::store::jobs::keys::{self, Referee};
 use mysql_async::prelude::*;

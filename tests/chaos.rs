@@ -24,15 +24,14 @@
 //!   once (a run cut short by a kill -9 ends when its instance was killed);
 //! - the run keeps its own list of the faults it injected, with times and pids.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::haproxy::HaProxy;
-use common::hosts::Host;
-use common::{replicas, TestDb, Worker};
+use crate::common;
+use crate::common::haproxy::HaProxy;
+use crate::common::hosts::Host;
+use crate::common::{replicas, TestDb, Worker};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts};
 use nix::sys::signal::Signal;

@@ -3,11 +3,10 @@
 //! out of the claim's range, exact queue names, no starving queue, and a job that brings its
 //! worker down failed after `max_rescues` deaths in quarantine, and none of its neighbours.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{TestDb, Worker};
+use crate::common;
+use crate::common::{TestDb, Worker};
 use myjob::store::jobs::Payload;
 use mysql_async::prelude::*;
 use mysql_async::Conn;

@@ -1,9 +1,7 @@
 //! The commands' contracts: exit codes and one-line errors for bad configs and bad jobs, the
 //! schema checks, and `migrate` run twice.
 
-mod common;
-
-use common::{edited, myjob, TestDb};
+use crate::common::{edited, myjob, TestDb};
 use mysql_async::prelude::*;
 
 fn stderr(out: &std::process::Output) -> String {

@@ -3,11 +3,10 @@
 //! same connection, an outcome the server refuses fails only its own job, and outcomes written
 //! one by one that a write cut short leaves unwritten stay held.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{TestDb, Worker};
+use crate::common;
+use crate::common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// Another session holds the row of a running job locked for longer than the instance's

@@ -5,12 +5,11 @@
 //! The outages are made by a TCP proxy between the instance and the server (see
 //! `common::proxy`), so the server keeps running for the other tests.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::proxy::{Fault, Proxy};
-use common::{edited, NotifySocket, TestDb, Worker};
+use crate::common;
+use crate::common::proxy::{Fault, Proxy};
+use crate::common::{edited, NotifySocket, TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// The test's config, with the database reached through `proxy`.

@@ -5,13 +5,12 @@
 //! every shipped config through `check-config`, each commented-out example uncommented in
 //! turn; and the contributing page's tables against the files they name.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{myjob, TestDb, Worker};
+use crate::common;
+use crate::common::{myjob, TestDb, Worker};
 use mysql_async::prelude::*;
 
 fn root() -> &'static Path {

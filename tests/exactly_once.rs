@@ -5,13 +5,11 @@
 //! some jobs ran twice, and myjob must not take a job its handler completed for a lost claim.
 //! Per-job and persistent. Needs `php` with PDO MySQL (tests/run installs php-mysql).
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{TestDb, Worker};
+use crate::common::{TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 

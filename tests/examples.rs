@@ -2,13 +2,11 @@
 //! small HTTP gateway on localhost: sent, retried on a 503 until failed, failed at once on a
 //! bad payload. Needs `php` (tests/run installs php-cli when it is missing).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use common::{TestDb, Worker};
+use crate::common::{TestDb, Worker};
 
 /// Answers 503 for the phone number +1503 and 200 for any other; keeps every request.
 fn gateway() -> (String, Arc<Mutex<Vec<String>>>) {

@@ -9,14 +9,13 @@
 //! `--ignored --test-threads=1`, MYJOB_TEST_SERVER the primary's url and MYJOB_TEST_REPLICA
 //! the replica's.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::haproxy::HaProxy;
-use common::replicas::{self, replica_url};
-use common::{account, edited, TestDb, Worker};
+use crate::common;
+use crate::common::haproxy::HaProxy;
+use crate::common::replicas::{self, replica_url};
+use crate::common::{account, edited, TestDb, Worker};
 use mysql_async::prelude::*;
 
 const JOBS: usize = 300;

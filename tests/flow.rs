@@ -1,11 +1,10 @@
 //! Flow control: a queue's rate limit holds across instances (and, on a Galera cluster,
 //! across nodes), and the jobs it holds back start as soon as its budget allows.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{edited, TestDb, Worker};
+use crate::common;
+use crate::common::{edited, TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// `rate_limit = "50/1s"` served by three instances (each through another node of a

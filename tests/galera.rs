@@ -5,12 +5,11 @@
 //! them with `--ignored --test-threads=1` (one test kills a node the other needs), beside the
 //! chaos run on the same cluster.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{edited, TestDb, Worker};
+use crate::common;
+use crate::common::{edited, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 

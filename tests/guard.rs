@@ -2,12 +2,10 @@
 //! handler it started with it, per-job and persistent, with what they forked (into their
 //! process group or out of it with setsid), while another worker's handlers run on.
 
-mod common;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{TestDb, Worker};
+use crate::common::{TestDb, Worker};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 

@@ -3,12 +3,10 @@
 //! payloads, output kept off the protocol's stdout, one process for every job. Needs `php`
 //! and `python3` (tests/run installs php-cli when it is missing).
 
-mod common;
-
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use common::{TestDb, Worker};
+use crate::common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 fn examples() -> PathBuf {

@@ -3,11 +3,10 @@
 //! early, one that leaves a child behind. None may crash a worker, corrupt its log, or lose
 //! the job.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{TestDb, Worker};
+use crate::common;
+use crate::common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// One script for every queue of these tests; the queue's name picks what it does.

@@ -3,11 +3,9 @@
 //! queue or the reaper, or forge a line in the log. The worker under test is the debug build,
 //! whose arithmetic panics on overflow.
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 
-use common::{id_list, TestDb, Worker};
+use crate::common::{id_list, TestDb, Worker};
 
 /// The worker's log has no sign of an arithmetic or range error: no 1264 from the server, no
 /// panic of its own.

@@ -5,12 +5,11 @@
 //!
 //! These need root and network namespaces: `tests/run` runs them with `--ignored`.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::hosts::Host;
-use common::{edited, kill_recorded_handlers, TestDb, Worker};
+use crate::common;
+use crate::common::hosts::Host;
+use crate::common::{edited, kill_recorded_handlers, TestDb, Worker};
 
 /// The test's config on a host: the database through `url`, lock waits of 1 s (a
 /// statement's limit and the fence are then 6 s, the session's wait_timeout 42 s).

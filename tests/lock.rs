@@ -2,13 +2,12 @@
 //! rows (tests/run runs these against a node too), with real processes. Lock names carry the
 //! test database's name, since named locks are server-wide and tests run at once.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, myjob, TestDb};
+use crate::common;
+use crate::common::{bin, myjob, TestDb};
 use mysql_async::prelude::*;
 
 /// Starts `myjob lock` with `args` (the lock's name, options, `--`, the command).

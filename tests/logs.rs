@@ -2,12 +2,10 @@
 //! journal stream whose journald socket is not there, lines the same as before the journal's
 //! fields (the job's span does not show); and `myjob show --log` on a host with no journal.
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use common::{myjob, TestDb, Worker};
+use crate::common::{myjob, TestDb, Worker};
 use nix::sys::signal::Signal;
 
 /// Whether journald's native socket is on this host: then a journal stream's lines go there.

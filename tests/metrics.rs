@@ -2,12 +2,11 @@
 //! /metrics` in the format the scraper asks for, 404 elsewhere, and the errors of a port in
 //! use or an instance without a number.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::scrape::{free_port, get, sample};
-use common::{TestDb, Worker};
+use crate::common;
+use crate::common::scrape::{free_port, get, sample};
+use crate::common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// The test's config with the endpoint on, instance 1 on `port`.

@@ -3,16 +3,15 @@
 //! few (`ulimit -n 256`). The port must cost the worker neither its handlers' descriptors,
 //! nor its CPU, nor its memory; and it must serve a scrape again once they are gone.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::scrape::{free_port, get};
-use common::{KillOnDrop, TestDb};
+use crate::common;
+use crate::common::scrape::{free_port, get};
+use crate::common::{KillOnDrop, TestDb};
 use nix::libc;
 
 /// This process's own descriptor limit, raised to its hard limit: the test holds 1,200.

@@ -3,13 +3,12 @@
 //! fixed values first), JSON is parsed, and every change is checked in the rows and, where a
 //! worker is involved, in what the worker did.
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{myjob, TestDb, Worker};
+use crate::common;
+use crate::common::{myjob, TestDb, Worker};
 use mysql_async::prelude::*;
 use serde_json::Value;
 

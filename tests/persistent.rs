@@ -3,13 +3,12 @@
 //! protocol errors, deaths before READY and during a job, slow starts, timeouts, recycling,
 //! the idle timeout, the drain and the reload.
 
-mod common;
-
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{edited, TestDb, Worker};
+use crate::common;
+use crate::common::{edited, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 

@@ -3,12 +3,11 @@
 //! `--help`, error messages, STATUS=, the handler's environment, `ps`); and a password file
 //! readable by every user is warned about.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{account, edited, kill_recorded_handlers, myjob, NotifySocket, TestDb, Worker};
+use crate::common;
+use crate::common::{account, edited, kill_recorded_handlers, myjob, NotifySocket, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 

@@ -4,8 +4,6 @@
 //! to the runs it made; the families carry their HELP and type; the queue gauges come from
 //! one leader only, and from the other instance once the leader is killed.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestDb, Worker};
+use crate::common;
+use crate::common::{TestDb, Worker};
 use nix::sys::signal::Signal;
 
 /// Jobs run per test.

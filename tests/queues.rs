@@ -2,12 +2,11 @@
 //! drained never makes a claim wait for the poll while another served queue has due jobs,
 //! and queues that all have backlogs share the instance fairly.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{TestDb, Worker};
+use crate::common;
+use crate::common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// A config whose queue `q` is followed by `extra` more queues `e1…`, run by the same

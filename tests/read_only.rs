@@ -6,11 +6,9 @@
 //! The test sets the server's global `read_only`, so it has a file (a test binary) of its
 //! own, which tests/run runs alone, after a stage's other binaries: no other test sees it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{TestDb, Worker};
+use crate::common::{TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// Sets `read_only` on the server while it lives; put back however the test ends.

@@ -1,11 +1,10 @@
 //! Dead workers and late writers, with real processes: the reaper puts back exactly a killed
 //! instance's claims, never a live one's, and a reaped job's late outcome changes nothing.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{edited, kill_recorded_handlers, TestDb, Worker};
+use crate::common;
+use crate::common::{edited, kill_recorded_handlers, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 

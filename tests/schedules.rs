@@ -3,11 +3,10 @@
 //! of the instance that enqueued the last tick; the catch-up after every instance was down
 //! for five ticks, for each policy; and bad schedules refused by check-config.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{edited, TestDb, Worker};
+use crate::common;
+use crate::common::{edited, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 

@@ -2,12 +2,10 @@
 //! tomorrow leaves the claims of due jobs alone, and of several instances one stages the
 //! scheduled jobs that come due, for all of them, another taking over when it dies.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{TestDb, Worker};
+use crate::common::{TestDb, Worker};
 use nix::sys::signal::Signal;
 
 /// 200,000 jobs for tomorrow by plain SQL, then 300 due ones: the future rows are scheduled

@@ -3,12 +3,11 @@
 //! and files that hold it, or the config that names the handlers, are checked for who may
 //! read and write them.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::{myjob, TestDb, Worker};
+use crate::common;
+use crate::common::{myjob, TestDb, Worker};
 use mysql_async::prelude::*;
 
 /// Passwords as generators and people write them: base64 with `/` and `+` (one starting
@@ -27,7 +26,7 @@ const SHAPES: &[&str] = &[
     "endsWithSlash/",
 ];
 
-use common::percent_encode as encode;
+use crate::common::percent_encode as encode;
 
 /// `host:port` of the server under test.
 fn host_port() -> String {

@@ -6,12 +6,10 @@
 //! `MYJOB_TEST_TLS_CA` names the CA of the server under test when it has TLS (MySQL's own
 //! self-signed one, or the test CA tests/db-server.sh starts MariaDB 11.8 with).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::proxy::{Fault, Proxy};
-use common::{edited, myjob, TestDb, Worker};
+use crate::common::proxy::{Fault, Proxy};
+use crate::common::{edited, myjob, TestDb, Worker};
 use mysql_async::prelude::*;
 
 fn stderr(out: &std::process::Output) -> String {

@@ -1,12 +1,10 @@
 //! The worker against the real MariaDB and real handler processes: exactly-once handling,
 //! retries, timeouts, ordering, unique keys, the drain and the reload.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{edited, myjob, TestDb, Worker};
+use crate::common::{edited, myjob, TestDb, Worker};
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
 
