@@ -3,8 +3,9 @@
 //! in a tight loop nor log a line per attempt; it says once what is wrong, tries again with a
 //! growing pause, and goes on by itself when the server takes writes again.
 //!
-//! The test sets the server's global `read_only`, so it has a file (a test binary) of its
-//! own, which tests/run runs alone, after a stage's other binaries: no other test sees it.
+//! The test sets the server's global `read_only`, which turns down every other test's writes:
+//! it is ignored by a plain `cargo test`, which runs all the modules in one process, and
+//! tests/run runs it alone (`it read_only:: --ignored`), after a stage's other runs.
 
 use std::time::Duration;
 
@@ -44,6 +45,7 @@ impl Drop for ReadOnly {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "sets the server's global read_only: run alone, as tests/run does"]
 async fn a_read_only_server_is_said_once_and_left_by_itself() {
     let db = TestDb::new("read_only").await;
     // The worker's account has no privilege to write past read_only, as in production.

@@ -22,7 +22,6 @@ pub struct ReaperSettings {
     pub max_rescues: u32,
 }
 
-/// How long finished jobs stay in the table, by final state: `[retention]`, and the ages
 /// Checks `[reaper]` into settings.
 pub(super) fn validate(raw: RawReaper) -> Result<ReaperSettings, KeyError> {
     Ok(ReaperSettings {
