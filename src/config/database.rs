@@ -67,11 +67,7 @@ pub(super) fn validate(
             format!("missing (set it here, or in {DATABASE_URL_ENV})"),
         )
     })?;
-    check_url_host(&url).map_err(KeyError::at(key))?;
-    check_url_at(&url).map_err(KeyError::at(key))?;
-    let opts = mysql_async::Opts::from_url(&url)
-        .map_err(|e| KeyError::new(key, format!("not a valid mysql:// url: {e}")))?;
-    check_url_parts(&url, &opts).map_err(KeyError::at(key))?;
+    let opts = parse_url(&url).map_err(KeyError::at(key))?;
     let mut builder = mysql_async::OptsBuilder::from_opts(opts.clone());
     // mysql_async would otherwise switch a 127.0.0.1 connection over to the server's unix
     // socket, whose path may not exist where myjob runs (a container, a chroot).
@@ -105,19 +101,7 @@ pub(super) fn validate(
     }
     let opts = mysql_async::Opts::from(builder);
     let tls = opts.ssl_opts().is_some();
-    if let Some(ssl) = opts.ssl_opts() {
-        // mysql_async 0.37.1 recognises a name mismatch by an error text that rustls no longer
-        // prints, so it would fail every connection however the flag is set: say so now.
-        if ssl.skip_domain_validation() && !ssl.accept_invalid_certs() {
-            return Err(KeyError::new(
-                key,
-                "verify_identity=false with a verified CA is not supported by this build's TLS \
-                 driver (it would reject every certificate that does not name the host): use a \
-                 certificate that names the host, or verify_ca=false"
-                    .into(),
-            ));
-        }
-    }
+    check_tls(&opts).map_err(KeyError::at(key))?;
     let display = format!(
         "mysql://{}@{}:{}/{}",
         opts.user().unwrap_or(""),
@@ -125,21 +109,52 @@ pub(super) fn validate(
         opts.tcp_port(),
         opts.db_name().unwrap_or("")
     );
-    let wait = duration(raw.lock_wait_timeout, "15s", "database.lock_wait_timeout")?;
-    if wait.subsec_nanos() != 0 || wait > Duration::from_secs(3600) {
-        return Err(KeyError::new(
-            "database.lock_wait_timeout",
-            "must be whole seconds, from 1s to 1h (the servers count it in seconds)".into(),
-        ));
-    }
+    let lock_wait_timeout = lock_wait_timeout(raw.lock_wait_timeout)?;
     Ok(DatabaseSettings {
         url_has_password,
         password_file,
         opts,
         display,
         tls,
-        lock_wait_timeout: wait.as_secs(),
+        lock_wait_timeout,
     })
+}
+
+/// The url parsed, with what the driver would quietly get wrong refused. Never echoes it.
+fn parse_url(url: &str) -> Result<mysql_async::Opts, String> {
+    check_url_host(url)?;
+    check_url_at(url)?;
+    let opts =
+        mysql_async::Opts::from_url(url).map_err(|e| format!("not a valid mysql:// url: {e}"))?;
+    check_url_parts(url, &opts)?;
+    Ok(opts)
+}
+
+/// mysql_async 0.37.1 recognises a name mismatch by an error text that rustls no longer
+/// prints, so it would fail every connection however `verify_identity=false` is set with a
+/// verified CA: say so at load.
+fn check_tls(opts: &mysql_async::Opts) -> Result<(), String> {
+    match opts.ssl_opts() {
+        Some(ssl) if ssl.skip_domain_validation() && !ssl.accept_invalid_certs() => Err(
+            "verify_identity=false with a verified CA is not supported by this build's TLS \
+             driver (it would reject every certificate that does not name the host): use a \
+             certificate that names the host, or verify_ca=false"
+                .into(),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// `database.lock_wait_timeout`, in the whole seconds the servers count it in.
+fn lock_wait_timeout(value: Option<String>) -> Result<u64, KeyError> {
+    let wait = duration(value, "15s", "database.lock_wait_timeout")?;
+    if wait.subsec_nanos() != 0 || wait > Duration::from_secs(3600) {
+        return Err(KeyError::new(
+            "database.lock_wait_timeout",
+            "must be whole seconds, from 1s to 1h (the servers count it in seconds)".into(),
+        ));
+    }
+    Ok(wait.as_secs())
 }
 
 /// Reads a CA file: PEM with at least one certificate. Read here, at load, so that a wrong

@@ -83,86 +83,98 @@ pub(super) fn validate(raw: Vec<RawQueue>) -> Result<Vec<Arc<QueueSettings>>, Ke
                 format!("queue {:?} is defined twice", q.name),
             ));
         }
-        if q.command.first().is_none_or(|c| c.is_empty()) {
-            return Err(KeyError::new(
-                key("command"),
-                "must name a program: [\"/path/to/handler\", \"arg\", …]".into(),
-            ));
-        }
-        for name in &q.pass_env {
-            check_pass_env(name).map_err(KeyError::at(key("pass_env")))?;
-        }
-        let backoff = duration_min(q.backoff, "10s", MIN_BACKOFF, &key("backoff"))?;
-        let backoff_max = duration_min(q.backoff_max, "1h", MIN_BACKOFF, &key("backoff_max"))?;
-        if backoff_max < backoff {
-            return Err(KeyError::new(
-                key("backoff_max"),
-                "must not be shorter than backoff".into(),
-            ));
-        }
-        let persistent = if q.persistent {
-            Some(Persistent {
-                max_jobs_per_process: match q.max_jobs_per_process {
-                    None => None,
-                    Some(n) => {
-                        Some(int_in(Some(n), 0, 1, i64::MAX, &key("max_jobs_per_process"))? as u64)
-                    }
-                },
-                idle_timeout: duration_min(
-                    q.idle_timeout,
-                    "10m",
-                    MIN_IDLE_TIMEOUT,
-                    &key("idle_timeout"),
-                )?,
-            })
-        } else {
-            for (set, k) in [
-                (q.max_jobs_per_process.is_some(), "max_jobs_per_process"),
-                (q.idle_timeout.is_some(), "idle_timeout"),
-            ] {
-                if set {
-                    return Err(KeyError::new(
-                        key(k),
-                        "applies only to a queue with persistent = true".into(),
-                    ));
-                }
-            }
-            None
-        };
-        let rate = match q.rate_limit.as_deref() {
-            None => {
-                if q.rate_burst.is_some() {
-                    return Err(KeyError::new(
-                        key("rate_burst"),
-                        "applies only with a rate_limit".into(),
-                    ));
-                }
-                None
-            }
-            Some(text) => {
-                let (count, interval_us) =
-                    parse_rate(text).map_err(KeyError::at(key("rate_limit")))?;
-                let burst = int_in(q.rate_burst, count.into(), 1, 1_000_000, &key("rate_burst"))?;
-                Some(RateLimit {
-                    interval_us,
-                    burst: burst as u32,
-                })
-            }
-        };
-        queues.push(Arc::new(QueueSettings {
-            rate,
-            key_limit: int_in(q.key_limit, 1, 1, MAX_KEY_LIMIT, &key("key_limit"))? as u16,
-            persistent,
-            timeout: duration_min(q.timeout, "5m", MIN_TIMEOUT, &key("timeout"))?,
-            max_attempts: int_in(q.max_attempts, 10, 1, 1000, &key("max_attempts"))? as u32,
-            backoff,
-            backoff_max,
-            pass_env: q.pass_env,
-            command: q.command,
-            name: q.name,
-        }));
+        queues.push(Arc::new(queue(q, &key)?));
     }
     Ok(queues)
+}
+
+/// One `[[queue]]` whose name was checked: the rest of its keys, in the file's order.
+fn queue(q: RawQueue, key: &impl Fn(&str) -> String) -> Result<QueueSettings, KeyError> {
+    if q.command.first().is_none_or(|c| c.is_empty()) {
+        return Err(KeyError::new(
+            key("command"),
+            "must name a program: [\"/path/to/handler\", \"arg\", …]".into(),
+        ));
+    }
+    for name in &q.pass_env {
+        check_pass_env(name).map_err(KeyError::at(key("pass_env")))?;
+    }
+    let backoff = duration_min(q.backoff.clone(), "10s", MIN_BACKOFF, &key("backoff"))?;
+    let backoff_max = duration_min(
+        q.backoff_max.clone(),
+        "1h",
+        MIN_BACKOFF,
+        &key("backoff_max"),
+    )?;
+    if backoff_max < backoff {
+        return Err(KeyError::new(
+            key("backoff_max"),
+            "must not be shorter than backoff".into(),
+        ));
+    }
+    let persistent = persistent(&q, key)?;
+    let rate = rate(&q, key)?;
+    Ok(QueueSettings {
+        rate,
+        key_limit: int_in(q.key_limit, 1, 1, MAX_KEY_LIMIT, &key("key_limit"))? as u16,
+        persistent,
+        timeout: duration_min(q.timeout, "5m", MIN_TIMEOUT, &key("timeout"))?,
+        max_attempts: int_in(q.max_attempts, 10, 1, 1000, &key("max_attempts"))? as u32,
+        backoff,
+        backoff_max,
+        pass_env: q.pass_env,
+        command: q.command,
+        name: q.name,
+    })
+}
+
+/// `persistent = true` and its keys, which mean nothing without it.
+fn persistent(q: &RawQueue, key: &impl Fn(&str) -> String) -> Result<Option<Persistent>, KeyError> {
+    if !q.persistent {
+        for (set, k) in [
+            (q.max_jobs_per_process.is_some(), "max_jobs_per_process"),
+            (q.idle_timeout.is_some(), "idle_timeout"),
+        ] {
+            if set {
+                return Err(KeyError::new(
+                    key(k),
+                    "applies only to a queue with persistent = true".into(),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    Ok(Some(Persistent {
+        max_jobs_per_process: match q.max_jobs_per_process {
+            None => None,
+            Some(n) => Some(int_in(Some(n), 0, 1, i64::MAX, &key("max_jobs_per_process"))? as u64),
+        },
+        idle_timeout: duration_min(
+            q.idle_timeout.clone(),
+            "10m",
+            MIN_IDLE_TIMEOUT,
+            &key("idle_timeout"),
+        )?,
+    }))
+}
+
+/// `rate_limit`, and `rate_burst`, which means nothing without it.
+fn rate(q: &RawQueue, key: &impl Fn(&str) -> String) -> Result<Option<RateLimit>, KeyError> {
+    let Some(text) = q.rate_limit.as_deref() else {
+        if q.rate_burst.is_some() {
+            return Err(KeyError::new(
+                key("rate_burst"),
+                "applies only with a rate_limit".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let (count, interval_us) = parse_rate(text).map_err(KeyError::at(key("rate_limit")))?;
+    let burst = int_in(q.rate_burst, count.into(), 1, 1_000_000, &key("rate_burst"))?;
+    Ok(Some(RateLimit {
+        interval_us,
+        burst: burst as u32,
+    }))
 }
 
 /// Queue names appear in logs, in the environment and in SQL parameters: keep them plain.

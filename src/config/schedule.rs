@@ -106,133 +106,141 @@ pub(super) fn validate(raw: Vec<RawSchedule>) -> Result<Vec<ScheduleSettings>, K
     let mut out: Vec<ScheduleSettings> = Vec::new();
     for (i, s) in raw.into_iter().enumerate() {
         let key = |k: &str| format!("schedule[{i}].{k}");
-        let name_ok = !s.name.is_empty()
-            && s.name.len() <= 64
-            && s.name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-        if !name_ok {
-            return Err(KeyError::new(
-                key("name"),
-                format!("{:?} is not 1 to 64 of A-Z a-z 0-9 - _ . :", s.name),
-            ));
-        }
+        check_name(&s.name).map_err(KeyError::at(key("name")))?;
         if out.iter().any(|o| o.name == s.name) {
             return Err(KeyError::new(
                 key("name"),
                 format!("schedule {:?} is defined twice", s.name),
             ));
         }
-        check_queue_name(&s.queue).map_err(KeyError::at(key("queue")))?;
-        let priority = match s.priority {
-            None => 0,
-            Some(p) => i16::try_from(p).map_err(|_| {
-                KeyError::new(
-                    key("priority"),
-                    format!("{p} is out of range: -32768 to 32767"),
-                )
-            })?,
-        };
-        let when = match (s.cron, s.every) {
-            (Some(_), Some(_)) => {
-                return Err(KeyError::new(
-                    key("every"),
-                    "give either cron or every, not both".into(),
-                ))
-            }
-            (None, None) => return Err(KeyError::new(key("cron"), "give cron or every".into())),
-            (None, Some(every)) => {
-                if s.timezone.is_some() {
-                    return Err(KeyError::new(
-                        key("timezone"),
-                        "applies only with cron".into(),
-                    ));
-                }
-                let d = humantime::parse_duration(every.trim()).map_err(|_| {
-                    KeyError::new(
-                        key("every"),
-                        format!("{every:?} is not a duration like \"5m\""),
-                    )
-                })?;
-                if d < MIN_EVERY {
-                    return Err(KeyError::new(
-                        key("every"),
-                        format!("{every:?} is shorter than 1s"),
-                    ));
-                }
-                if d > MAX_EVERY {
-                    return Err(KeyError::new(
-                        key("every"),
-                        format!("{every:?} is longer than 100 years"),
-                    ));
-                }
-                When::Every(d)
-            }
-            (Some(written), None) => {
-                // Fields apart by any blanks, as croner reads them: a change of blanks is no
-                // change of the schedule's definition.
-                let text = written.split_whitespace().collect::<Vec<_>>().join(" ");
-                // The definition is kept in each tick's row, of 255 bytes.
-                if text.len() > MAX_CRON_LEN {
-                    return Err(KeyError::new(
-                        key("cron"),
-                        format!("{written:?} is longer than {MAX_CRON_LEN} bytes"),
-                    ));
-                }
-                let cron = parse_cron(&text).map_err(KeyError::at(key("cron")))?;
-                let zone = match s.timezone.as_deref() {
-                    None => chrono_tz::UTC,
-                    Some(name) => name.parse::<chrono_tz::Tz>().map_err(|_| {
-                        KeyError::new(
-                            key("timezone"),
-                            format!(
-                                "{name:?} is not an IANA time zone name like \"Europe/Berlin\""
-                            ),
-                        )
-                    })?,
-                };
-                When::Cron {
-                    cron: Box::new(cron),
-                    text,
-                    zone,
-                }
-            }
-        };
-        let catch_up = match s.catch_up.as_deref() {
-            None | Some("latest") => CatchUp::Latest,
-            Some("none") => CatchUp::None,
-            Some("all") => CatchUp::All,
-            Some(other) => {
-                return Err(KeyError::new(
-                    key("catch_up"),
-                    format!("{other:?} is not one of \"none\", \"latest\", \"all\""),
-                ))
-            }
-        };
-        let payload = s.payload.unwrap_or_default().into_bytes();
-        if payload.len() > MAX_PAYLOAD {
-            return Err(KeyError::new(
-                key("payload"),
-                format!("{} bytes, more than a job's {MAX_PAYLOAD}", payload.len()),
-            ));
-        }
-        let schedule = ScheduleSettings {
-            name: s.name,
-            queue: s.queue,
-            payload,
-            priority,
-            when,
-            catch_up,
-        };
-        if schedule.definition().len() > MAX_DEFINITION {
-            return Err(KeyError::new(
-                key("cron"),
-                format!("{:?} is too long to keep", schedule.definition()),
-            ));
-        }
-        out.push(schedule);
+        out.push(entry(s, key)?);
     }
     Ok(out)
+}
+
+/// One `[[schedule]]` whose name was checked: the rest of its keys.
+fn entry(s: RawSchedule, key: impl Fn(&str) -> String) -> Result<ScheduleSettings, KeyError> {
+    check_queue_name(&s.queue).map_err(KeyError::at(key("queue")))?;
+    let priority = match s.priority {
+        None => 0,
+        Some(p) => i16::try_from(p).map_err(|_| {
+            KeyError::new(
+                key("priority"),
+                format!("{p} is out of range: -32768 to 32767"),
+            )
+        })?,
+    };
+    let when = match (s.cron, s.every) {
+        (Some(_), Some(_)) => {
+            return Err(KeyError::new(
+                key("every"),
+                "give either cron or every, not both".into(),
+            ))
+        }
+        (None, None) => return Err(KeyError::new(key("cron"), "give cron or every".into())),
+        (None, Some(every)) => {
+            if s.timezone.is_some() {
+                return Err(KeyError::new(
+                    key("timezone"),
+                    "applies only with cron".into(),
+                ));
+            }
+            When::Every(check_every(&every).map_err(KeyError::at(key("every")))?)
+        }
+        (Some(written), None) => cron(&written, s.timezone.as_deref(), &key)?,
+    };
+    let catch_up = match s.catch_up.as_deref() {
+        None | Some("latest") => CatchUp::Latest,
+        Some("none") => CatchUp::None,
+        Some("all") => CatchUp::All,
+        Some(other) => {
+            return Err(KeyError::new(
+                key("catch_up"),
+                format!("{other:?} is not one of \"none\", \"latest\", \"all\""),
+            ))
+        }
+    };
+    let payload = s.payload.unwrap_or_default().into_bytes();
+    if payload.len() > MAX_PAYLOAD {
+        return Err(KeyError::new(
+            key("payload"),
+            format!("{} bytes, more than a job's {MAX_PAYLOAD}", payload.len()),
+        ));
+    }
+    let schedule = ScheduleSettings {
+        name: s.name,
+        queue: s.queue,
+        payload,
+        priority,
+        when,
+        catch_up,
+    };
+    if schedule.definition().len() > MAX_DEFINITION {
+        return Err(KeyError::new(
+            key("cron"),
+            format!("{:?} is too long to keep", schedule.definition()),
+        ));
+    }
+    Ok(schedule)
+}
+
+/// A schedule's name: the ticks table's key, and a log field.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    match ok {
+        true => Ok(()),
+        false => Err(format!("{name:?} is not 1 to 64 of A-Z a-z 0-9 - _ . :")),
+    }
+}
+
+/// `every`: from [`MIN_EVERY`] to [`MAX_EVERY`].
+fn check_every(every: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(every.trim())
+        .map_err(|_| format!("{every:?} is not a duration like \"5m\""))?;
+    if d < MIN_EVERY {
+        return Err(format!("{every:?} is shorter than 1s"));
+    }
+    if d > MAX_EVERY {
+        return Err(format!("{every:?} is longer than 100 years"));
+    }
+    Ok(d)
+}
+
+/// `cron` as written, in `timezone` (UTC when not given).
+fn cron(
+    written: &str,
+    timezone: Option<&str>,
+    key: &impl Fn(&str) -> String,
+) -> Result<When, KeyError> {
+    // Fields apart by any blanks, as croner reads them: a change of blanks is no change of
+    // the schedule's definition.
+    let text = written.split_whitespace().collect::<Vec<_>>().join(" ");
+    // The definition is kept in each tick's row, of 255 bytes.
+    if text.len() > MAX_CRON_LEN {
+        return Err(KeyError::new(
+            key("cron"),
+            format!("{written:?} is longer than {MAX_CRON_LEN} bytes"),
+        ));
+    }
+    let cron = parse_cron(&text).map_err(KeyError::at(key("cron")))?;
+    let zone = match timezone {
+        None => chrono_tz::UTC,
+        Some(name) => name.parse::<chrono_tz::Tz>().map_err(|_| {
+            KeyError::new(
+                key("timezone"),
+                format!("{name:?} is not an IANA time zone name like \"Europe/Berlin\""),
+            )
+        })?,
+    };
+    Ok(When::Cron {
+        cron: Box::new(cron),
+        text,
+        zone,
+    })
 }
 
 impl ScheduleSettings {

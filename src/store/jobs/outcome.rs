@@ -159,6 +159,66 @@ pub async fn write_outcomes(
     conn: &mut Conn,
     completions: &[impl AsRef<Completion>],
 ) -> anyhow::Result<Unwritten> {
+    let statements = statements(completions);
+    // One statement commits by itself; several share a transaction (one commit, one fsync).
+    // On an error the caller drops the connection, and the server rolls the rest back.
+    let several = statements.len() > 1;
+    if several {
+        conn.query_drop("BEGIN")
+            .await
+            .context("starting the outcome transaction")?;
+    }
+    let mut unwritten = Unwritten::default();
+    for st in statements {
+        conn.exec_drop(&st.sql, Params::Positional(st.params))
+            .await
+            .context("writing outcomes")?;
+        if (conn.affected_rows() as usize) == st.claims.len() {
+            continue;
+        }
+        // Rare: tell the jobs whose handler finished them under their batch from those whose
+        // claim was reaped (the reaper clears batch_id). Served by the primary key.
+        let ids: Vec<u64> = st.claims.iter().map(|c| c.job_id).collect();
+        let (list, params) = in_list(&ids);
+        let rows: Vec<(u64, Option<u64>, String)> = conn
+            .exec(
+                format!("SELECT id, batch_id, status FROM myjob_jobs WHERE id IN ({list})"),
+                Params::Positional(params),
+            )
+            .await
+            .context("reading which jobs lost their claim")?;
+        for claim in st.claims {
+            let Claim {
+                job_id: id,
+                batch_id,
+            } = claim;
+            let row = rows.iter().find(|r| r.0 == id && r.1 == Some(batch_id));
+            // As before: a job this statement wrote reads as finished too, which is as good.
+            match row.map(|r| r.2.as_str()) {
+                Some("cancelled") => {
+                    // A job cancelled while its handler ran on to its end: the handler has
+                    // stopped.
+                    conn.exec_drop(CANCEL_SEEN, (id, batch_id))
+                        .await
+                        .context("saying a cancelled job's handler has stopped")?;
+                    unwritten.finished.push(id);
+                }
+                Some("done" | "failed") => unwritten.finished.push(id),
+                _ => unwritten.lost.push(claim),
+            }
+        }
+    }
+    if several {
+        conn.query_drop("COMMIT")
+            .await
+            .context("committing outcomes")?;
+    }
+    Ok(unwritten)
+}
+
+/// The fenced UPDATEs that write `completions`: one for every `done`, whatever batches they
+/// came from, in chunks of [`DONE_CHUNK`], and one per job for the rest.
+fn statements(completions: &[impl AsRef<Completion>]) -> Vec<Statement> {
     let mut statements: Vec<Statement> = Vec::new();
     let mut done: Vec<Claim> = Vec::new();
     for c in completions.iter().map(AsRef::as_ref) {
@@ -218,61 +278,7 @@ pub async fn write_outcomes(
         });
         statements.push(done_statement(&once));
     }
-
-    // One statement commits by itself; several share a transaction (one commit, one fsync).
-    // On an error the caller drops the connection, and the server rolls the rest back.
-    let several = statements.len() > 1;
-    if several {
-        conn.query_drop("BEGIN")
-            .await
-            .context("starting the outcome transaction")?;
-    }
-    let mut unwritten = Unwritten::default();
-    for st in statements {
-        conn.exec_drop(&st.sql, Params::Positional(st.params))
-            .await
-            .context("writing outcomes")?;
-        if (conn.affected_rows() as usize) == st.claims.len() {
-            continue;
-        }
-        // Rare: tell the jobs whose handler finished them under their batch from those whose
-        // claim was reaped (the reaper clears batch_id). Served by the primary key.
-        let ids: Vec<u64> = st.claims.iter().map(|c| c.job_id).collect();
-        let (list, params) = in_list(&ids);
-        let rows: Vec<(u64, Option<u64>, String)> = conn
-            .exec(
-                format!("SELECT id, batch_id, status FROM myjob_jobs WHERE id IN ({list})"),
-                Params::Positional(params),
-            )
-            .await
-            .context("reading which jobs lost their claim")?;
-        for claim in st.claims {
-            let Claim {
-                job_id: id,
-                batch_id,
-            } = claim;
-            let row = rows.iter().find(|r| r.0 == id && r.1 == Some(batch_id));
-            // As before: a job this statement wrote reads as finished too, which is as good.
-            match row.map(|r| r.2.as_str()) {
-                Some("cancelled") => {
-                    // A job cancelled while its handler ran on to its end: the handler has
-                    // stopped.
-                    conn.exec_drop(CANCEL_SEEN, (id, batch_id))
-                        .await
-                        .context("saying a cancelled job's handler has stopped")?;
-                    unwritten.finished.push(id);
-                }
-                Some("done" | "failed") => unwritten.finished.push(id),
-                _ => unwritten.lost.push(claim),
-            }
-        }
-    }
-    if several {
-        conn.query_drop("COMMIT")
-            .await
-            .context("committing outcomes")?;
-    }
-    Ok(unwritten)
+    statements
 }
 
 /// The one UPDATE for the `done` outcomes of `claims`, each job once: the
@@ -304,6 +310,29 @@ fn done_statement(claims: &[Claim]) -> Statement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_done_under_two_batches_gets_a_statement_for_each() {
+        let c = |job_id, batch_id, outcome| Completion {
+            job_id,
+            batch_id,
+            outcome,
+            slot: None,
+        };
+        let claim = |job_id, batch_id| Claim { job_id, batch_id };
+        let fail = Outcome::Fail { error: "x".into() };
+        let st = statements(&[
+            c(1, 10, Outcome::Done),
+            c(2, 10, Outcome::Done),
+            c(1, 11, Outcome::Done),
+            c(3, 10, fail),
+        ]);
+        // The failure alone; then one statement for the done jobs, each job once in it.
+        assert_eq!(st.len(), 3);
+        assert_eq!(st[0].claims, [claim(3, 10)]);
+        assert_eq!(st[1].claims, [claim(1, 10), claim(2, 10)]);
+        assert_eq!(st[2].claims, [claim(1, 11)]);
+    }
 
     #[test]
     fn one_done_statement_fences_each_row_by_its_own_batch() {

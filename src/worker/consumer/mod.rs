@@ -147,38 +147,7 @@ impl Consumer {
             self.counters.beat();
             let settings = self.settings.borrow_and_update().clone();
             let worker = &settings.worker;
-            self.counters.slots.store(worker.concurrency, Relaxed);
-            self.metrics.handlers.slots.set(worker.concurrency as i64);
-            self.metrics
-                .database
-                .db_up
-                .set(i64::from(self.link.is_up()));
-            self.metrics
-                .database
-                .outcomes_pending
-                .set(self.outbox.len() as i64);
-            while let Some(f) = self.slots.try_finished() {
-                self.finished(f);
-            }
-            self.fence_if_silent();
-            self.slots.sweep(&settings);
-            self.fill(&settings);
-            self.reconnect_if_due().await;
-            self.read_unread(&settings).await;
-            let now = Instant::now();
-            if now >= self.next_stamp && self.link.is_up() {
-                self.next_stamp = now + settings.reaper.interval;
-                self.stamp(&settings).await;
-            }
-            if self.lanes.due(now) && self.link.is_up() {
-                self.refresh_lanes(&settings).await;
-            }
-            if self
-                .outbox
-                .due(now, worker.batch_size / 2, self.slots.is_empty())
-            {
-                self.write().await;
-            }
+            let now = self.tend(&settings).await;
 
             let want = self.prefetch.want(now, self.slots.len(), worker);
             // At the poll, with room for a job, ask which queues have pending jobs: queues
@@ -247,25 +216,71 @@ impl Consumer {
                 cancel_check: self.next_cancel_check,
             }
             .earliest();
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                f = self.slots.next_finished(), if !self.slots.is_empty() => {
-                    self.finished(f);
-                    self.fill(&settings);
-                }
-                _ = sleep_until(wake) => {}
-                // A reload may lift or change a limit: the queues it held back are probed
-                // again rather than left out until their old wait ends.
-                _ = self.settings.changed() => self.rate_wait.clear(),
-                // Jobs the gate admitted are pending now: asked for at this turn, not the
-                // next poll.
-                _ = self.wakes.admitted.notified() => self.next_probe = Instant::now(),
-            }
+            self.wait(wake, &settings, &shutdown).await;
         }
         // Prefetched jobs never started: back to pending, the attempt given back.
         self.release_prefetched("job released: claimed ahead but not started before the shutdown");
         let timeout = self.settings.borrow().worker.shutdown_timeout;
         self.drain(timeout).await;
+    }
+
+    /// The start of a turn: the gauges, the handlers that ended, the fence, the slots'
+    /// sweep, the link's reconnect and what it left to read, the heartbeat, the lanes, and the
+    /// outbox when due. Returns the turn's time, for what comes due in it.
+    async fn tend(&mut self, settings: &Settings) -> Instant {
+        let worker = &settings.worker;
+        self.counters.slots.store(worker.concurrency, Relaxed);
+        self.metrics.handlers.slots.set(worker.concurrency as i64);
+        self.metrics
+            .database
+            .db_up
+            .set(i64::from(self.link.is_up()));
+        self.metrics
+            .database
+            .outcomes_pending
+            .set(self.outbox.len() as i64);
+        while let Some(f) = self.slots.try_finished() {
+            self.finished(f);
+        }
+        self.fence_if_silent();
+        self.slots.sweep(settings);
+        self.fill(settings);
+        self.reconnect_if_due().await;
+        self.read_unread(settings).await;
+        let now = Instant::now();
+        if now >= self.next_stamp && self.link.is_up() {
+            self.next_stamp = now + settings.reaper.interval;
+            self.stamp(settings).await;
+        }
+        if self.lanes.due(now) && self.link.is_up() {
+            self.refresh_lanes(settings).await;
+        }
+        if self
+            .outbox
+            .due(now, worker.batch_size / 2, self.slots.is_empty())
+        {
+            self.write().await;
+        }
+        now
+    }
+
+    /// The end of a turn: waits for the shutdown, a handler that ends, `wake`, a reload or
+    /// the gate's admissions, whichever comes first.
+    async fn wait(&mut self, wake: Instant, settings: &Settings, shutdown: &CancellationToken) {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            f = self.slots.next_finished(), if !self.slots.is_empty() => {
+                self.finished(f);
+                self.fill(settings);
+            }
+            _ = sleep_until(wake) => {}
+            // A reload may lift or change a limit: the queues it held back are probed
+            // again rather than left out until their old wait ends.
+            _ = self.settings.changed() => self.rate_wait.clear(),
+            // Jobs the gate admitted are pending now: asked for at this turn, not the
+            // next poll.
+            _ = self.wakes.admitted.notified() => self.next_probe = Instant::now(),
+        }
     }
 
     /// Starts prefetched jobs while there are free slots.
