@@ -4,6 +4,24 @@
 
 use super::*;
 
+/// Reads back the jobs a committed claim took under `batch_id`. When the read fails, the
+/// batch is kept in `unread`, this instance's still, and read after the reconnect.
+pub(super) async fn read_back(
+    metrics: &Metrics,
+    conn: &mut mysql_async::Conn,
+    limit: Duration,
+    batch_id: u64,
+    max_payload_bytes: u64,
+    unread: &mut Vec<u64>,
+) -> anyhow::Result<Vec<jobs::ClaimedJob>> {
+    let read = jobs::read_batch(conn, batch_id, max_payload_bytes);
+    let claimed = metrics.within(Op::ReadBatch, limit, read).await;
+    if claimed.is_err() {
+        unread.push(batch_id);
+    }
+    claimed
+}
+
 /// The claim's share planner: each busy queue is offered an even share of what is still
 /// wanted, in rounds over the busy list; a queue that comes back short is drained and leaves
 /// the list, and what it left is offered again to the queues that filled their share. Each
@@ -173,21 +191,9 @@ impl Consumer {
                 }
             };
         }
-        let claimed = match self
-            .metrics
-            .within(
-                Op::ReadBatch,
-                limit,
-                jobs::read_batch(conn, batch_id, settings.worker.max_payload_bytes),
-            )
-            .await
-        {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                self.unread.push(batch_id);
-                return Err(e);
-            }
-        };
+        let max = settings.worker.max_payload_bytes;
+        let read = read_back(&self.metrics, conn, limit, batch_id, max, &mut self.unread);
+        let claimed = read.await?;
         self.link.used();
         self.counters.claimed();
         if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {

@@ -54,6 +54,8 @@ use finish::CANCEL_CHECK;
 use probe::PauseReads;
 use quarantine::Quarantine;
 
+use claim::read_back;
+
 /// A healthy loop turns at least this often, for the watchdog (see [`Counters::beat`]).
 const TURN: Duration = Duration::from_secs(1);
 

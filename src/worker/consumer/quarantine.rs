@@ -119,21 +119,9 @@ impl Consumer {
             batch: batch_id,
             then: Some(queue),
         };
-        let claimed = match self
-            .metrics
-            .within(
-                Op::ReadBatch,
-                limit,
-                jobs::read_batch(conn, batch_id, settings.worker.max_payload_bytes),
-            )
-            .await
-        {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                self.unread.push(batch_id);
-                return Err(e);
-            }
-        };
+        let max = settings.worker.max_payload_bytes;
+        let read = read_back(&self.metrics, conn, limit, batch_id, max, &mut self.unread);
+        let claimed = read.await?;
         self.link.succeeded();
         self.take(settings, batch_id, claimed);
         Ok(())
