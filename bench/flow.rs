@@ -131,9 +131,7 @@ impl Bench {
         self.insert(&mut conn, 100).await;
         conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
         let clean = reads_of(&mut conn, async |c: &mut Conn| {
-            myjob::store::jobs::claim(c, 1, "bench", 100, &who, myjob::store::jobs::Lane::Whole)
-                .await
-                .unwrap();
+            claim_100(c, &who).await;
         })
         .await;
         let mut conn = self.fresh().await;
@@ -141,9 +139,7 @@ impl Bench {
         self.insert(&mut conn, 100).await;
         conn.query_drop("ANALYZE TABLE myjob_jobs").await.unwrap();
         let behind = reads_of(&mut conn, async |c: &mut Conn| {
-            myjob::store::jobs::claim(c, 1, "bench", 100, &who, myjob::store::jobs::Lane::Whole)
-                .await
-                .unwrap();
+            claim_100(c, &who).await;
         })
         .await;
         let admitted = reads_of(&mut conn, async |c: &mut Conn| {
@@ -238,4 +234,12 @@ async fn reads_of(conn: &mut Conn, f: impl AsyncFnOnce(&mut Conn)) -> u64 {
     let before = reads(conn).await;
     f(conn).await;
     (reads(conn).await - before).saturating_sub(own)
+}
+
+/// Claims 100 jobs of the queue `bench` under batch 1, as the consumer would.
+async fn claim_100(c: &mut Conn, who: &myjob::store::jobs::Claimer<'_>) {
+    let batch = myjob::store::jobs::BatchId::new(1);
+    myjob::store::jobs::claim(c, batch, "bench", 100, who, myjob::store::jobs::Lane::Whole)
+        .await
+        .unwrap();
 }

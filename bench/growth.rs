@@ -55,7 +55,7 @@ impl Bench {
                 let t = Instant::now();
                 myjob::store::jobs::claim(
                     conn,
-                    batch,
+                    myjob::store::jobs::BatchId::new(batch),
                     "bench",
                     100,
                     &who,
@@ -65,7 +65,7 @@ impl Bench {
                 .unwrap();
                 let got = myjob::store::jobs::read_batch(
                     conn,
-                    batch,
+                    myjob::store::jobs::BatchId::new(batch),
                     myjob::config::MAX_PAYLOAD_BYTES as u64,
                 )
                 .await

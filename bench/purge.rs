@@ -163,7 +163,7 @@ impl Bench {
                 let t = Instant::now();
                 myjob::store::jobs::claim(
                     &mut probe,
-                    *batch,
+                    myjob::store::jobs::BatchId::new(*batch),
                     "probe",
                     10,
                     &who,
@@ -173,7 +173,7 @@ impl Bench {
                 .unwrap();
                 let got = myjob::store::jobs::read_batch(
                     &mut probe,
-                    *batch,
+                    myjob::store::jobs::BatchId::new(*batch),
                     myjob::config::MAX_PAYLOAD_BYTES as u64,
                 )
                 .await

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 use crate::common::{TestDb, Worker};
-use myjob::store::jobs::Payload;
+use myjob::store::jobs::{BatchId, JobId, Payload};
 use mysql_async::prelude::*;
 use mysql_async::Conn;
 
@@ -97,7 +97,7 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     let before = reads(&mut claimer).await;
     let n = myjob::store::jobs::claim(
         &mut claimer,
-        7,
+        BatchId::new(7),
         "q",
         10,
         &WHO,
@@ -105,7 +105,7 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
     )
     .await
     .unwrap();
-    let got = myjob::store::jobs::read_batch(&mut claimer, 7, 1024)
+    let got = myjob::store::jobs::read_batch(&mut claimer, BatchId::new(7), 1024)
         .await
         .unwrap();
     let claimed = reads(&mut claimer).await - before - own;
@@ -113,8 +113,8 @@ async fn a_claim_reads_about_what_it_claims_behind_any_backlog() {
         "index entries read: claim + read of 10: {claimed}; stager with nothing due: {staged}"
     );
     assert_eq!((n, got.len()), (10, 10));
-    assert_eq!(got[0].id, urgent, "priority first");
-    assert_eq!(Some(got[1].id), first_due, "then FIFO");
+    assert_eq!(got[0].id.get(), urgent, "priority first");
+    assert_eq!(Some(got[1].id.get()), first_due, "then FIFO");
     assert!(
         got.iter()
             .all(|j| j.queue == "q" && j.payload != Payload::Loaded(b"x".to_vec())),
@@ -436,8 +436,8 @@ async fn one_write_of_several_batches_fences_each_job_by_its_own() {
         ids.push(conn.last_insert_id().unwrap());
     }
     let done = |job_id: u64, batch_id: u64| Completion {
-        job_id,
-        batch_id,
+        job_id: JobId::new(job_id),
+        batch_id: BatchId::new(batch_id),
         outcome: Outcome::Done,
         slot: None,
     };
@@ -453,8 +453,8 @@ async fn one_write_of_several_batches_fences_each_job_by_its_own() {
     .await
     .unwrap();
     let lost = myjob::store::jobs::Claim {
-        job_id: ids[0],
-        batch_id: high + 1,
+        job_id: JobId::new(ids[0]),
+        batch_id: BatchId::new(high + 1),
     };
     assert_eq!(unwritten.lost, vec![lost], "{unwritten:?}");
     let rows: Vec<(u64, String)> = conn

@@ -140,7 +140,7 @@ pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<u64, Error> {
     // anything else (a connection lost mid-insert) is the database's.
     let result = jobs::enqueue(&mut conn, job).await.map_err(|e| {
         let code = match crate::db::classify(&e) {
-            crate::db::Failure::Refused => ExitCode::Data,
+            crate::db::Failure::Refused(_) => ExitCode::Data,
             _ => ExitCode::Unavailable,
         };
         Error::new(code, e)

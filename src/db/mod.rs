@@ -7,6 +7,7 @@
 //! - `connect`: a connection and its session settings, and the backoff between attempts;
 //! - `failure`: what a failed statement says of its connection and of the server;
 //! - `identity`: which server, and which start of it, a connection belongs to;
+//! - `session`: the connection of a background task (the reaper, the stager, the scheduler);
 //! - `causal`: Galera's causal reads; `named_lock`: `GET_LOCK`.
 
 mod causal;
@@ -14,6 +15,7 @@ mod connect;
 mod failure;
 mod identity;
 mod named_lock;
+mod session;
 
 pub use causal::{causal, causal_off, Causal};
 pub use connect::{
@@ -21,10 +23,8 @@ pub use connect::{
     ConnectFailure,
 };
 
-pub use failure::{
-    classify, describe, is_read_only, server_code, Failure, ReadOnly, ER_LOCK_DEADLOCK,
-    ER_LOCK_WAIT_TIMEOUT,
-};
+pub use failure::{classify, describe, is_read_only, Failure, Race, ReadOnly, Refusal};
 
 pub use identity::ServerId;
 pub use named_lock::{release_lock, try_lock, NamedLock};
+pub use session::{Failed, Session};

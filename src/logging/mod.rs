@@ -30,6 +30,8 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use crate::store::jobs::{BatchId, JobId};
+
 /// The `MESSAGE_ID`s of the events operators search for, by the event's target: fixed
 /// 128-bit ids, as systemd's catalog uses (`journalctl MESSAGE_ID=…`). Never change one: it
 /// is what saved searches and alerts match.
@@ -82,14 +84,14 @@ pub fn message_id(target: &str) -> Option<&'static str> {
 /// The span a job's lines are logged in: its fields go to the journal with every line. At
 /// the level ERROR so that it exists whatever the filter lets through (`MYJOB_LOG=warn` keeps
 /// a failure's fields); the text output shows no span, so it is not made there at all.
-pub fn job_span(job_id: u64, queue: &str, attempt: u32, batch_id: Option<u64>) -> Span {
+pub fn job_span(job_id: JobId, queue: &str, attempt: u32, batch_id: Option<BatchId>) -> Span {
     tracing::span!(
         tracing::Level::ERROR,
         "job",
-        job_id,
+        job_id = job_id.get(),
         queue,
         attempt,
-        batch_id
+        batch_id = batch_id.map(BatchId::get)
     )
 }
 

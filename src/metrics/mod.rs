@@ -136,13 +136,14 @@ impl Op {
 /// writes, a statement refused for good, a connection broken or in doubt (no answer within
 /// the statement limit included), or another error the server sent.
 fn error_kind(e: &anyhow::Error) -> &'static str {
-    match db::server_code(e) {
-        Some(db::ER_LOCK_DEADLOCK) => "deadlock",
-        Some(db::ER_LOCK_WAIT_TIMEOUT) => "lock_wait",
-        Some(_) if db::is_read_only(e) => "read_only",
-        Some(_) if db::classify(e) == db::Failure::Refused => "refused",
-        Some(_) => "other",
-        None => "connection",
+    use db::{Failure, Race};
+    match db::classify(e) {
+        Failure::Conflict(Race::Deadlock) => "deadlock",
+        Failure::Conflict(Race::LockWait) => "lock_wait",
+        Failure::ReadOnly => "read_only",
+        Failure::Refused(_) => "refused",
+        Failure::Denied | Failure::Missing | Failure::Server(_) => "other",
+        Failure::Lost => "connection",
     }
 }
 

@@ -231,7 +231,7 @@ impl Reader {
     async fn read(&mut self, db: &DatabaseSettings) -> anyhow::Result<Option<Counted>> {
         let had = self.conn.is_some();
         match self.read_once(db).await {
-            Err(e) if had && db::classify(&e) == db::Failure::Connection => {
+            Err(e) if had && !db::classify(&e).keeps_connection() => {
                 *self = Reader {
                     at: self.at,
                     ..Reader::default()

@@ -97,8 +97,8 @@ mod tests {
 
     fn claim(owner_server: Option<&str>, owner_conn: Option<u64>) -> OldClaim {
         OldClaim {
-            id: 1,
-            batch_id: Some(9),
+            id: JobId::new(1),
+            batch_id: Some(BatchId::new(9)),
             owner_conn,
             owner_server: owner_server.map(str::to_owned),
             attempts: 1,

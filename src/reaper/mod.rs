@@ -33,20 +33,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use mysql_async::prelude::*;
-use mysql_async::Conn;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn, Span};
 
 use crate::config::{DatabaseSettings, Settings};
-use crate::db::{self, Failure, NamedLock, ServerId};
+use crate::db::{self, NamedLock, ServerId, Session};
 use crate::error::chain;
 use crate::logging::job_span;
 use crate::metrics::{Metrics, Op};
 use crate::store::jobs::keys;
-use crate::store::jobs::{self, Held, OldClaim, Rescued};
+use crate::store::jobs::{self, BatchId, Held, JobId, OldClaim, Rescued};
 use crate::store::servers;
 use crate::worker::name::WorkerName;
 use crate::worker::session_wait_timeout;
@@ -83,43 +81,25 @@ const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(31_536_000);
 const FORGET_SERVERS_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 pub struct Reaper {
-    db: DatabaseSettings,
     /// Passes timed, rescues counted.
     metrics: Arc<Metrics>,
     settings: watch::Receiver<Arc<Settings>>,
-    /// The connection and the server life it reaches.
-    reach: Reach,
+    /// The connection, and the server life it reaches.
+    session: Session<Reach>,
     /// The server life the last connection reached: a reconnect to the same life soon after
     /// keeps its time.
     reached: Option<Reached>,
-    /// The server refused the heartbeat as read-only: said once.
-    read_only: db::ReadOnly,
     /// What one pass leaves the next.
     memory: Memory,
     /// This instance, whose previous run's claims the first passes put back.
     me: WorkerName,
 }
 
-/// The reaper's connection.
-enum Reach {
-    /// None: the next pass connects.
-    Disconnected,
-    /// Connected to `server`, whose life the reaper has reached since `since` (see
-    /// [`Reaper::connect`]).
-    Connected {
-        conn: Conn,
-        server: ServerId,
-        since: Instant,
-    },
-}
-
-impl Reach {
-    fn conn(&mut self) -> Option<&mut Conn> {
-        match self {
-            Reach::Connected { conn, .. } => Some(conn),
-            Reach::Disconnected => None,
-        }
-    }
+/// What the reaper's connection reaches: `server`, whose life the reaper has reached since
+/// `since` (see [`Reaper::connect`]).
+struct Reach {
+    server: ServerId,
+    since: Instant,
 }
 
 /// A server life the reaper reached.
@@ -135,8 +115,8 @@ struct Reached {
 /// connection two passes in a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Suspect {
-    job: u64,
-    batch: Option<u64>,
+    job: JobId,
+    batch: Option<BatchId>,
     conn: Option<u64>,
 }
 
@@ -159,11 +139,9 @@ impl Reaper {
     ) -> Self {
         Reaper {
             metrics,
-            db,
             settings,
-            reach: Reach::Disconnected,
+            session: Session::new("reaper", db),
             reached: None,
-            read_only: db::ReadOnly::default(),
             memory: Memory::default(),
             me,
         }
@@ -189,27 +167,11 @@ impl Reaper {
                 self.pass_succeeded();
                 continue;
             };
-            // The pass's first statement is a write (the heartbeat): said once.
-            if self.read_only.failed("reaper", &e) {
-                self.reach = Reach::Disconnected;
-                continue;
-            }
-            let kept = match (db::classify(&e), self.reach.conn()) {
-                (Failure::Connection, _) | (_, None) => false,
-                (_, Some(conn)) => conn.query_drop("ROLLBACK").await.is_ok(),
-            };
-            if kept {
-                warn!("reaper: {}; trying again at the next pass", chain(&*e));
-            } else {
-                warn!("reaper: {}; reconnecting at the next pass", chain(&*e));
-                self.reach = Reach::Disconnected;
-            }
+            // The pass's first statement is a write (the heartbeat): a read-only server is
+            // said once.
+            self.session.failed(&e, "the next pass").await;
         }
-        if let Reach::Connected { conn, .. } =
-            std::mem::replace(&mut self.reach, Reach::Disconnected)
-        {
-            let _ = conn.disconnect().await;
-        }
+        self.session.close().await;
     }
 
     /// Connects if there is no connection. The session's `wait_timeout` outlasts a few
@@ -219,48 +181,46 @@ impl Reaper {
     /// reached it counts on: that server did not restart or fail over, so nothing its
     /// claimers must reconnect after happened (see `settled` in [`Reaper::pass`]).
     async fn connect(&mut self) -> anyhow::Result<()> {
-        if let Some(conn) = self.reach.conn() {
+        if let Some((conn, _)) = self.session.get() {
             if conn.ping().await.is_ok() {
                 return Ok(());
             }
             // Closed while it waited for the pass: a new one, without a failed pass.
-            self.reach = Reach::Disconnected;
+            self.session.drop_link();
         }
         let (interval, stale_after) = {
             let settings = self.settings.borrow();
             (settings.reaper.interval, settings.reaper.stale_after)
         };
-        let mut conn = db::connect(&self.db).await?;
-        let server = ServerId::of(&mut conn).await?;
-        let wait = (interval * 3).max(Duration::from_secs(60));
-        db::set_wait_timeout(&mut conn, wait.min(MAX_WAIT_TIMEOUT))
-            .await
-            .context("setting the session's wait_timeout")?;
-        let now = Instant::now();
-        let since = match &self.reached {
-            Some(r)
-                if r.life.same_life(&server) && r.ok.elapsed() <= interval * 2 + stale_after =>
-            {
-                r.since
-            }
-            _ => now,
-        };
-        self.reached = Some(Reached {
-            life: server.clone(),
-            since,
-            ok: now,
-        });
-        self.reach = Reach::Connected {
-            conn,
-            server,
-            since,
-        };
+        let idle = (interval * 3).max(Duration::from_secs(60));
+        let reached = &mut self.reached;
+        self.session
+            .open(idle.min(MAX_WAIT_TIMEOUT), async |conn| {
+                let server = ServerId::of(conn).await?;
+                let now = Instant::now();
+                let since = match reached {
+                    Some(r)
+                        if r.life.same_life(&server)
+                            && r.ok.elapsed() <= interval * 2 + stale_after =>
+                    {
+                        r.since
+                    }
+                    _ => now,
+                };
+                *reached = Some(Reached {
+                    life: server.clone(),
+                    since,
+                    ok: now,
+                });
+                Ok(Reach { server, since })
+            })
+            .await?;
         Ok(())
     }
 
     /// A pass succeeded on the connection: see `reached`.
     fn pass_succeeded(&mut self) {
-        self.read_only.wrote("reaper");
+        self.session.wrote();
         if let Some(r) = self.reached.as_mut() {
             r.ok = Instant::now();
         }
@@ -280,7 +240,7 @@ impl Reaper {
                         "reaper: putting back the claims of this instance's previous run: {}",
                         chain(&*e)
                     );
-                    self.reach = Reach::Disconnected;
+                    self.session.drop_link();
                     true
                 }
             };
@@ -304,7 +264,7 @@ impl Reaper {
     ) -> anyhow::Result<bool> {
         self.connect().await?;
         let max = self.settings.borrow().reaper.max_rescues;
-        let Reach::Connected { conn, server, .. } = &mut self.reach else {
+        let Some((conn, Reach { server, .. })) = self.session.get() else {
             return Ok(false);
         };
         // Without PROCESS every connection looks gone: the passes after say why they refuse.
@@ -365,12 +325,8 @@ impl Reaper {
     async fn pass(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         self.connect().await?;
         let settings = self.settings.borrow().clone();
-        let Reach::Connected {
-            conn,
-            server,
-            since,
-        } = &mut self.reach
-        else {
+        let db = self.session.db().clone();
+        let Some((conn, Reach { server, since })) = self.session.get() else {
             return Ok(());
         };
         // Every reaper, lock or not: the claimers on this server are vouched for.
@@ -387,7 +343,7 @@ impl Reaper {
             conn,
             server,
             connected_for,
-            &self.db,
+            &db,
             &settings,
             &mut self.memory,
             &self.metrics,
@@ -411,7 +367,7 @@ struct Memory {
     /// Claims found stale by the last pass.
     suspects: HashSet<Suspect>,
     /// The jobs whose write the server refused (see [`row_refused`]), said once each.
-    refused: HashSet<u64>,
+    refused: HashSet<JobId>,
 }
 
 /// The most refused jobs remembered; past it, a new one is said again at every pass.

@@ -1,6 +1,8 @@
 //! Whether the account may read the whole processlist (PROCESS).
 
-use super::*;
+use anyhow::Context as _;
+use mysql_async::prelude::*;
+use mysql_async::Conn;
 
 /// Whether the current account holds PROCESS globally, directly or through an active role.
 /// `SHOW GRANTS` for the session lists both on MySQL and MariaDB alike, where

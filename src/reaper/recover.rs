@@ -1,17 +1,23 @@
 //! A pass of the reaper: the claims held, judged, and those of dead owners put back.
 
+use anyhow::Context as _;
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+
 use super::*;
+use crate::db::Failure;
+use crate::store::jobs::JobId;
 
 /// Dates the claims `ids` (see `store::jobs::undated`) in one statement; when the server
 /// refuses it for one of them (a trigger's SIGNAL, a CHECK of the user's), one at a time, the
 /// refused ones said once and passed over. Returns how many it dated.
 pub(super) async fn date_claims(
     conn: &mut Conn,
-    ids: &[u64],
-    said: &mut HashSet<u64>,
+    ids: &[JobId],
+    said: &mut HashSet<JobId>,
 ) -> anyhow::Result<u64> {
     match jobs::undated::date(conn, ids).await {
-        Err(e) if db::classify(&e) == Failure::Refused => {}
+        Err(e) if matches!(db::classify(&e), Failure::Refused(_)) => {}
         dated => return dated,
     }
     let mut dated = 0;
@@ -27,21 +33,21 @@ pub(super) async fn date_claims(
 /// over as `None`: a row is anyone's to write, and one the server will not take must not stop
 /// the pass for every claim behind it. Any other error ends the pass.
 pub(super) fn row_refused<T>(
-    job_id: u64,
+    job_id: JobId,
     span: Span,
     result: anyhow::Result<T>,
-    said: &mut HashSet<u64>,
+    said: &mut HashSet<JobId>,
 ) -> anyhow::Result<Option<T>> {
     match result {
         Ok(done) => Ok(Some(done)),
-        Err(e) if db::classify(&e) == Failure::Refused => {
+        Err(e) if matches!(db::classify(&e), Failure::Refused(_)) => {
             if !said.contains(&job_id) {
                 if said.len() < MAX_REFUSED {
                     said.insert(job_id);
                 }
                 let _in_job = span.entered();
                 error!(
-                    job_id,
+                    job_id = job_id.get(),
                     "reaper: job {job_id}: the server refused a write about its claim ({}); it stays as it is, and the pass goes on",
                     chain(&*e)
                 );
@@ -86,21 +92,12 @@ pub(super) async fn reap(
     let claimed = all_held(conn, Held::Claimed, stale_after).await?;
     let cancelled = all_held(conn, Held::Cancelled, stale_after).await?;
     let (old, cancels) = (claimed.old, cancelled.old);
-    // Claims a producer wrote without a time, or with one far ahead: dated now, judged as
-    // any claim once stale_after has passed (see `undated`).
-    let undated: Vec<u64> = claimed
+    let undated: Vec<JobId> = claimed
         .undated
         .into_iter()
         .chain(cancelled.undated)
         .collect();
-    let dated = date_claims(conn, &undated, &mut memory.refused).await?;
-    if dated > 0 {
-        warn!(
-            claims = dated,
-            "reaper: claims without a time, or with one more than {} ahead of the server's clock, were dated now: they are judged as any claim once reaper.stale_after has passed",
-            jobs::undated::AHEAD.to_lowercase()
-        );
-    }
+    date_undated(conn, &undated, memory).await?;
     let last_pass = std::mem::take(&mut memory.suspects);
     if old.is_empty() && cancels.is_empty() {
         return Ok(());
@@ -121,9 +118,51 @@ pub(super) async fn reap(
         connected_for,
         member_silence: session_wait_timeout(db, stale_after) + settings.reaper.interval,
     };
+    let max = settings.reaper.max_rescues;
+    let foreign = put_back(conn, &old, &view, &last_pass, max, memory, metrics).await?;
+    forget_cancels(conn, &cancels, &view, &last_pass, memory).await?;
+    if foreign > 0 {
+        info!(
+            claims = foreign,
+            "reaper: old claims made through another live server are left to that server's reapers"
+        );
+    }
+    Ok(())
+}
+
+/// Dates the claims a producer wrote without a time, or with one far ahead: judged as any
+/// claim once stale_after has passed (see `undated`).
+async fn date_undated(
+    conn: &mut Conn,
+    undated: &[JobId],
+    memory: &mut Memory,
+) -> anyhow::Result<()> {
+    let dated = date_claims(conn, undated, &mut memory.refused).await?;
+    if dated > 0 {
+        warn!(
+            claims = dated,
+            "reaper: claims without a time, or with one more than {} ahead of the server's clock, were dated now: they are judged as any claim once reaper.stale_after has passed",
+            jobs::undated::AHEAD.to_lowercase()
+        );
+    }
+    Ok(())
+}
+
+/// Puts back the claims of `old` that `view` finds dead, and that the pass before found so
+/// too (`last_pass`); the others found dead are remembered for the next pass. Returns how
+/// many belong to another live server, whose reapers judge them.
+async fn put_back(
+    conn: &mut Conn,
+    old: &[OldClaim],
+    view: &View<'_>,
+    last_pass: &HashSet<Suspect>,
+    max_rescues: u32,
+    memory: &mut Memory,
+    metrics: &Metrics,
+) -> anyhow::Result<usize> {
     let mut foreign = 0;
-    for claim in &old {
-        let reason = match judge(claim, &view) {
+    for claim in old {
+        let reason = match judge(claim, view) {
             Verdict::Alive => continue,
             Verdict::Foreign => {
                 foreign += 1;
@@ -135,7 +174,7 @@ pub(super) async fn reap(
         if !last_pass.contains(&suspect) {
             job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).in_scope(|| {
                 debug!(
-                    job_id = claim.id,
+                    job_id = claim.id.get(),
                     "reaper: stale claim, put back at the next pass if still so: {reason}"
                 )
             });
@@ -143,18 +182,28 @@ pub(super) async fn reap(
             continue;
         }
         let why = format!("attempt {} abandoned: {reason}", claim.attempts);
-        let max = settings.reaper.max_rescues;
-        let rescued = jobs::rescue(conn, claim, &why, max).await;
+        let rescued = jobs::rescue(conn, claim, &why, max_rescues).await;
         if let Some(rescued) = row_refused(claim.id, span_of(claim), rescued, &mut memory.refused)?
         {
-            log_rescue(claim, rescued, &reason, max, metrics);
+            log_rescue(claim, rescued, &reason, max_rescues, metrics);
         }
     }
-    for claim in &cancels {
-        let Verdict::Dead(reason) = judge(claim, &view) else {
+    Ok(foreign)
+}
+
+/// Says that the handlers of jobs cancelled while they ran have stopped, when `view` finds
+/// their worker dead two passes in a row, as for a claim.
+async fn forget_cancels(
+    conn: &mut Conn,
+    cancels: &[OldClaim],
+    view: &View<'_>,
+    last_pass: &HashSet<Suspect>,
+    memory: &mut Memory,
+) -> anyhow::Result<()> {
+    for claim in cancels {
+        let Verdict::Dead(reason) = judge(claim, view) else {
             continue;
         };
-        // Two passes in a row, as for a claim.
         let suspect = Suspect::of(claim);
         if !last_pass.contains(&suspect) {
             memory.suspects.insert(suspect);
@@ -164,17 +213,11 @@ pub(super) async fn reap(
         if row_refused(claim.id, span_of(claim), forgot, &mut memory.refused)? == Some(true) {
             job_span(claim.id, &claim.queue, claim.attempts, claim.batch_id).in_scope(|| {
                 info!(
-                    job_id = claim.id,
+                    job_id = claim.id.get(),
                     "reaper: a job cancelled while it ran lost its worker ({reason}): its handler is gone with it"
                 )
             });
         }
-    }
-    if foreign > 0 {
-        info!(
-            claims = foreign,
-            "reaper: old claims made through another live server are left to that server's reapers"
-        );
     }
     Ok(())
 }
@@ -234,19 +277,19 @@ pub(super) fn log_rescue(
     match rescued {
         Rescued::Pending => warn!(
             target: "myjob::msg::rescued",
-            job_id = claim.id,
+            job_id = claim.id.get(),
             attempt = claim.attempts,
             "reaper: stale claim put back: {reason}"
         ),
         Rescued::Suspect { charged: false } => warn!(
             target: "myjob::msg::rescued",
-            job_id = claim.id,
+            job_id = claim.id.get(),
             attempt = claim.attempts,
             "reaper: stale claim put back as a suspect, its second death: it runs next in a quarantine slot, one suspect per instance: {reason}"
         ),
         Rescued::Suspect { charged: true } => warn!(
             target: "myjob::msg::rescued",
-            job_id = claim.id,
+            job_id = claim.id.get(),
             attempt = claim.attempts,
             rescues = claim.rescues.saturating_add(1),
             "reaper: suspect put back: its worker died while running it in quarantine ({} of {max}): {reason}",
@@ -254,7 +297,7 @@ pub(super) fn log_rescue(
         ),
         Rescued::Failed => error!(
             target: "myjob::msg::poison_pill",
-            job_id = claim.id,
+            job_id = claim.id.get(),
             attempt = claim.attempts,
             rescues = claim.rescues.saturating_add(1),
             "reaper: job failed: its worker died while running it in quarantine {} times (last: {reason})",

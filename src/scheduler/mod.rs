@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::ScheduleSettings;
 use crate::config::{DatabaseSettings, Settings};
-use crate::db::{self, Failure};
+use crate::db::{self, Failure, Session};
 use crate::error::chain;
 use crate::store::schedules::{self, Tick, TickJob};
 
@@ -57,17 +57,15 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 pub struct Scheduler {
-    db: DatabaseSettings,
     settings: watch::Receiver<Arc<Settings>>,
-    conn: Option<Conn>,
-    backoff: db::Backoff,
+    /// Made only when the config has schedules.
+    session: Session<()>,
     /// When this instance last deleted old ticks.
     pruned: Option<Instant>,
     /// What this instance knows of each schedule beyond its rows.
     memory: HashMap<String, Known>,
     /// The previous pass that read the database's clock.
     previous: Option<PassClock>,
-    read_only: db::ReadOnly,
 }
 
 /// A pass that read the database's clock: that time, and when the pass started and ended by
@@ -108,14 +106,11 @@ struct Known {
 impl Scheduler {
     pub fn new(db: DatabaseSettings, settings: watch::Receiver<Arc<Settings>>) -> Self {
         Scheduler {
-            db,
             settings,
-            conn: None,
-            backoff: db::Backoff::default(),
+            session: Session::new("scheduler", db),
             pruned: None,
             memory: HashMap::new(),
             previous: None,
-            read_only: db::ReadOnly::default(),
         }
     }
 
@@ -137,9 +132,7 @@ impl Scheduler {
             }
             if settings.schedules.is_empty() {
                 // Nothing to do until a reload brings a schedule.
-                if let Some(conn) = self.conn.take() {
-                    let _ = conn.disconnect().await;
-                }
+                self.session.close().await;
                 self.memory.clear();
                 wait = MAX_SLEEP;
                 continue;
@@ -149,7 +142,7 @@ impl Scheduler {
                 // Statements are bounded, but a pass of many ticks is not: a stop does not
                 // wait for it. The connection goes, and the server rolls back what was open.
                 _ = shutdown.cancelled() => {
-                    self.conn = None;
+                    self.session.drop_link();
                     break;
                 }
                 pass = self.pass(&settings) => pass,
@@ -160,36 +153,18 @@ impl Scheduler {
             }
             wait = match pass {
                 Ok(next) => {
-                    self.backoff.reset();
-                    self.read_only.wrote("scheduler");
+                    self.session.succeeded();
+                    self.session.wrote();
                     next.clamp(Duration::from_millis(1), MAX_SLEEP)
                 }
+                // A statement cut off by its bound leaves the connection in doubt.
                 Err(e) => {
-                    if !self.read_only.failed("scheduler", &e) {
-                        warn!("scheduler: {}; trying again", chain(&*e));
-                    }
-                    self.conn = None;
-                    self.backoff.count()
+                    self.session.gave_up(&e);
+                    self.session.backoff()
                 }
             };
         }
-        if let Some(conn) = self.conn.take() {
-            let _ = conn.disconnect().await;
-        }
-    }
-
-    /// Connects, when there is no connection.
-    async fn connect(&mut self) -> anyhow::Result<()> {
-        if self.conn.is_none() {
-            let mut conn = db::connect(&self.db).await?;
-            // A tick's transaction left open by a host cut off mid-way holds the tick's row
-            // lock until the server drops its connection: after this, not the default 8
-            // hours. A pass comes at least every MAX_SLEEP, so this never closes a live one.
-            let wait = 2 * MAX_SLEEP + Duration::from_secs(self.db.lock_wait_timeout);
-            db::set_wait_timeout(&mut conn, wait).await?;
-            self.conn = Some(conn);
-        }
-        Ok(())
+        self.session.close().await;
     }
 
     /// Enqueues what is due of every schedule; returns how long until the next tick. A
@@ -198,11 +173,13 @@ impl Scheduler {
     /// the next pass in a second; a connection in doubt, or a read-only server, ends the
     /// pass, the ticks kept.
     async fn pass(&mut self, settings: &Settings) -> anyhow::Result<Duration> {
-        let limit = Duration::from_secs(self.db.lock_wait_timeout) + STATEMENT_SLACK;
-        self.connect().await?;
-        let Some(conn) = self.conn.as_mut() else {
-            return Ok(MAX_SLEEP);
-        };
+        let lock_wait = Duration::from_secs(self.session.db().lock_wait_timeout);
+        let limit = lock_wait + STATEMENT_SLACK;
+        // A tick's transaction left open by a host cut off mid-way holds the tick's row lock
+        // until the server drops its connection: after this, not the default 8 hours. A pass
+        // comes at least every MAX_SLEEP, so this never closes a live one.
+        let idle = 2 * MAX_SLEEP + lock_wait;
+        let (conn, ()) = self.session.open(idle, async |_| Ok(())).await?;
         let started = Instant::now();
         let now = at(db::within(limit, schedules::now_us(conn)).await?);
         let continuous = self.previous.is_some_and(|p| p.continued_by(now));
@@ -232,7 +209,7 @@ impl Scheduler {
                 }
                 // Refused for good (a constraint, a value, a trigger's SIGNAL 45000): its
                 // ticks are passed over.
-                Err(e) if db::classify(&e) == Failure::Refused => {
+                Err(e) if matches!(db::classify(&e), Failure::Refused(_)) => {
                     memory.owed.clear();
                     Some(e)
                 }
@@ -244,7 +221,7 @@ impl Scheduler {
                 }
                 // An error of no known class, from a server that answered and still answers:
                 // this schedule's, not the others'. Its ticks stay owed.
-                Err(e) if db::server_code(&e).is_some() && ping(conn, limit).await => Some(e),
+                Err(e) if db::classify(&e) != Failure::Lost && ping(conn, limit).await => Some(e),
                 Err(e) => {
                     self.memory.insert(s.name.clone(), memory);
                     return Err(e);
@@ -293,7 +270,7 @@ async fn prune(conn: &mut Conn, now: DateTime<Utc>, limit: Duration) -> anyhow::
         let pruned = schedules::prune(conn, &schedule, cutoff.min(latest), cutoff);
         let pruned = db::within(limit, pruned).await;
         if let Err(e) = pruned {
-            if db::classify(&e) == Failure::Connection {
+            if !db::classify(&e).keeps_connection() {
                 return Err(e);
             }
             debug!("scheduler: {}", chain(&*e));

@@ -22,15 +22,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mysql_async::prelude::*;
-use mysql_async::Conn;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{DatabaseSettings, Settings};
-use crate::db::{self, Failure, NamedLock, ServerId};
-use crate::error::chain;
+use crate::db::{self, Failed, NamedLock, ServerId, Session};
 
 use crate::metrics::{Metrics, Op};
 use crate::store::jobs::{self, keys};
@@ -52,9 +49,9 @@ const WOKEN_READS: usize = 4;
 const MIN_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct Stager {
-    db: DatabaseSettings,
     settings: watch::Receiver<Arc<Settings>>,
-    role: Role,
+    /// The connection, and this instance's part among those on the server while it lasts.
+    session: Session<Role>,
     /// Admits blocked jobs, at every poll.
     gate: Gate,
     /// Shared with the consumer: told when the gate admitted jobs, and woken when the
@@ -62,54 +59,25 @@ pub struct Stager {
     wakes: Arc<Wakes>,
     /// Polls since the gate last ran.
     gate_polls: u32,
-    /// While the server is read-only: said once, and passes spaced out by the backoff.
-    read_only: db::ReadOnly,
-    backoff: db::Backoff,
     /// Passes timed.
     metrics: Arc<Metrics>,
 }
 
-/// The stager's connection, and its part among the instances on the server.
+/// The stager's part among the instances on the server, for as long as its connection lives.
 enum Role {
-    /// No connection: the next full pass connects.
-    Disconnected,
-    /// Connected while another instance holds the stager lock: tries to take it over once
-    /// per [`STANDBY_POLLS`] polls, `polls` counting since the last try.
-    Standby { conn: Conn, polls: u32 },
-    /// Connected and staging for every instance on the server: this connection holds the
-    /// lock, or the server has no lock functions and every stager acts.
-    Lead { conn: Conn },
+    /// Another instance holds the stager lock: tries to take it over once per
+    /// [`STANDBY_POLLS`] polls, `polls` counting since the last try.
+    Standby { polls: u32 },
+    /// Staging for every instance on the server: this connection holds the lock, or the
+    /// server has no lock functions and every stager acts.
+    Lead,
 }
 
 impl Role {
-    /// A new connection, which tries to take the lock at its first pass.
-    fn connected(conn: Conn) -> Role {
+    /// A new connection's, which tries to take the lock at its first pass.
+    fn connected() -> Role {
         Role::Standby {
-            conn,
             polls: STANDBY_POLLS,
-        }
-    }
-
-    fn conn(&mut self) -> Option<&mut Conn> {
-        match self {
-            Role::Disconnected => None,
-            Role::Standby { conn, .. } | Role::Lead { conn } => Some(conn),
-        }
-    }
-
-    /// The lock is this connection's (held until the connection ends), or there is none.
-    fn lead(&mut self) {
-        *self = match std::mem::replace(self, Role::Disconnected) {
-            Role::Standby { conn, .. } | Role::Lead { conn } => Role::Lead { conn },
-            Role::Disconnected => Role::Disconnected,
-        };
-    }
-
-    /// The connection, taken out to be closed; a lock it held goes with it.
-    fn disconnect(&mut self) -> Option<Conn> {
-        match std::mem::replace(self, Role::Disconnected) {
-            Role::Standby { conn, .. } | Role::Lead { conn } => Some(conn),
-            Role::Disconnected => None,
         }
     }
 }
@@ -134,12 +102,9 @@ impl Stager {
             wakes,
             gate_polls: 0,
             metrics,
-            db,
             settings,
-            role: Role::Disconnected,
+            session: Session::new("stager", db),
             gate: Gate::default(),
-            read_only: db::ReadOnly::default(),
-            backoff: db::Backoff::default(),
         }
     }
 
@@ -164,7 +129,7 @@ impl Stager {
             let now = tokio::time::Instant::now();
             if woken {
                 // Without a connection, the next full pass connects first.
-                if matches!(self.role, Role::Disconnected) || now < gate_after {
+                if !self.session.is_open() || now < gate_after {
                     continue;
                 }
                 let t = Instant::now();
@@ -175,7 +140,7 @@ impl Stager {
                     Ok(0) => now + poll * STANDBY_POLLS,
                     Ok(_) => now + poll,
                     Err(e) => {
-                        self.failed(e).await;
+                        self.session.failed(&e, "the next poll").await;
                         now + poll
                     }
                 };
@@ -186,37 +151,36 @@ impl Stager {
             self.metrics
                 .statement(Op::Stage, t.elapsed(), pass.as_ref().err());
             if pass.is_ok() {
-                self.backoff.reset();
+                self.session.succeeded();
             }
             let wait = match pass {
                 Ok(Pass::Staged { more: true }) => Duration::ZERO,
                 Ok(Pass::Staged { more: false } | Pass::Standby) => poll,
                 // A read-only server is asked again after a growing pause, not every poll.
-                Err(e) => match self.failed(e).await {
-                    true => self.backoff.count().max(poll),
-                    false => poll,
+                Err(e) => match self.session.failed(&e, "the next poll").await {
+                    Failed::ReadOnly => self.session.backoff().max(poll),
+                    Failed::Kept | Failed::Dropped => poll,
                 },
             };
             next_pass = tokio::time::Instant::now() + wait;
         }
-        if let Some(conn) = self.role.disconnect() {
-            let _ = conn.disconnect().await;
-        }
+        self.session.close().await;
     }
 
     async fn pass(&mut self) -> anyhow::Result<Pass> {
-        if let Role::Disconnected = self.role {
-            let mut conn = db::connect(&self.db).await?;
-            // The stager lock lives as long as this connection: a host gone without a reset
-            // must not keep it for the server's default of 8 hours. A pass comes at least
-            // every few polls, so this never closes a live one.
-            let poll = self.settings.borrow().worker.poll_interval;
-            let wait = (poll * STANDBY_POLLS * 3).max(MIN_WAIT_TIMEOUT);
-            db::set_wait_timeout(&mut conn, wait).await?;
-            let server = ServerId::of(&mut conn).await?;
-            self.gate.connected(keys::Referee::of(&server));
-            self.role = Role::connected(conn);
-        }
+        // The stager lock lives as long as this connection: a host gone without a reset must
+        // not keep it for the server's default of 8 hours. A pass comes at least every few
+        // polls, so this never closes a live one.
+        let poll = self.settings.borrow().worker.poll_interval;
+        let idle = (poll * STANDBY_POLLS * 3).max(MIN_WAIT_TIMEOUT);
+        let gate = &mut self.gate;
+        self.session
+            .open(idle, async |conn| {
+                let server = ServerId::of(conn).await?;
+                gate.connected(keys::Referee::of(&server));
+                Ok(Role::connected())
+            })
+            .await?;
         let pass = self.stage().await?;
         self.gate_polls += 1;
         if self.gate_polls >= STANDBY_POLLS {
@@ -230,13 +194,13 @@ impl Stager {
     async fn gate(&mut self, reads: usize) -> anyhow::Result<u64> {
         self.gate_polls = 0;
         let settings = self.settings.borrow().clone();
-        let Some(conn) = self.role.conn() else {
+        let Some((conn, _)) = self.session.get() else {
             return Ok(0);
         };
         let admitted = self.gate.pass(conn, &settings, reads).await?;
         if admitted > 0 {
             self.wakes.admitted.notify_one();
-            self.read_only.wrote("gate");
+            self.session.wrote();
             debug!(
                 jobs = admitted,
                 "gate: blocked jobs admitted into free slots of their keys"
@@ -248,69 +212,44 @@ impl Stager {
     /// Stages, when this instance holds the stager lock; without it, tries to take it over
     /// once per [`STANDBY_POLLS`] polls.
     async fn stage(&mut self) -> anyhow::Result<Pass> {
-        match &mut self.role {
-            Role::Disconnected => return Ok(Pass::Standby),
-            Role::Lead { .. } => {}
-            Role::Standby { conn, polls } => {
-                *polls += 1;
-                if *polls < STANDBY_POLLS {
-                    return Ok(Pass::Standby);
+        let Some((conn, role)) = self.session.get() else {
+            return Ok(Pass::Standby);
+        };
+        if let Role::Standby { polls } = role {
+            *polls += 1;
+            if *polls < STANDBY_POLLS {
+                return Ok(Pass::Standby);
+            }
+            *polls = 0;
+            // Held until the connection ends: no release, no take again at each pass.
+            match db::try_lock(conn, LOCK).await? {
+                NamedLock::Held => {
+                    info!("stager: this instance stages scheduled jobs for every instance on the server");
+                    *role = Role::Lead;
                 }
-                *polls = 0;
-                // Held until the connection ends: no release, no take again at each pass.
-                match db::try_lock(conn, LOCK).await? {
-                    NamedLock::Held => {
-                        info!("stager: this instance stages scheduled jobs for every instance on the server");
-                        self.role.lead();
+                // Every stager acts: each move is fenced by the row's own status and run_at.
+                NamedLock::Unsupported => *role = Role::Lead,
+                NamedLock::Busy => {
+                    let staged = jobs::stage(conn, OVERDUE).await?;
+                    if staged.moved > 0 {
+                        warn!(
+                            jobs = staged.moved,
+                            "stager: the instance that holds the stager lock left jobs due for over {}s; staged them here",
+                            OVERDUE.as_secs()
+                        );
                     }
-                    // Every stager acts: each move is fenced by the row's own status and run_at.
-                    NamedLock::Unsupported => self.role.lead(),
-                    NamedLock::Busy => {
-                        let staged = jobs::stage(conn, OVERDUE).await?;
-                        if staged.moved > 0 {
-                            warn!(
-                                jobs = staged.moved,
-                                "stager: the instance that holds the stager lock left jobs due for over {}s; staged them here",
-                                OVERDUE.as_secs()
-                            );
-                        }
-                        return Ok(Pass::Standby);
-                    }
+                    return Ok(Pass::Standby);
                 }
             }
         }
-        let Role::Lead { conn } = &mut self.role else {
-            return Ok(Pass::Standby);
-        };
         let staged = jobs::stage(conn, Duration::ZERO).await?;
         if staged.moved > 0 {
-            self.read_only.wrote("stager");
+            self.session.wrote();
             debug!(
                 jobs = staged.moved,
                 "stager: jobs moved between scheduled and pending"
             );
         }
         Ok(Pass::Staged { more: staged.more })
-    }
-
-    /// A pass failed: a lost race (a lock wait, a deadlock with a claim) keeps the connection
-    /// and its lock; anything else drops them, and the next pass connects again. Returns
-    /// whether the server refused the write as read-only (said once, not at every pass).
-    async fn failed(&mut self, e: anyhow::Error) -> bool {
-        if self.read_only.failed("stager", &e) {
-            self.role = Role::Disconnected;
-            return true;
-        }
-        let kept = match (db::classify(&e), self.role.conn()) {
-            (Failure::Connection, _) | (_, None) => false,
-            (_, Some(conn)) => conn.query_drop("ROLLBACK").await.is_ok(),
-        };
-        if kept {
-            warn!("stager: {}; trying again at the next poll", chain(&*e));
-        } else {
-            warn!("stager: {}; reconnecting at the next poll", chain(&*e));
-            self.role = Role::Disconnected;
-        }
-        false
     }
 }

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Value};
 
-use crate::db::{self, Failure};
+use crate::db::{self, Failure, Refusal};
 
 /// A schedule's latest tick, the definition that made it, and the job it enqueued.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +88,6 @@ pub enum Tick {
 /// column, auto-updates, and only an explicit assignment keeps it (MySQL and MariaDB alike).
 /// Served by the primary key.
 pub async fn enqueue_tick(conn: &mut Conn, t: &TickJob<'_>) -> anyhow::Result<Tick> {
-    const ER_DUP_ENTRY: u16 = 1062;
     conn.query_drop("BEGIN")
         .await
         .context("starting a tick's transaction")?;
@@ -136,9 +135,9 @@ pub async fn enqueue_tick(conn: &mut Conn, t: &TickJob<'_>) -> anyhow::Result<Ti
                     crate::error::chain(&r)
                 ));
             }
-            if db::server_code(&e) == Some(ER_DUP_ENTRY) {
+            if db::classify(&e) == Failure::Refused(Refusal::Duplicate) {
                 Ok(Tick::Taken)
-            } else if db::classify(&e) == Failure::Conflict {
+            } else if matches!(db::classify(&e), Failure::Conflict(_)) {
                 Ok(Tick::Retry)
             } else {
                 Err(e)

@@ -73,7 +73,8 @@ impl Held {
             .unwrap_or_else(|_| "localhost".into());
         let held_by = format!("{host}:{}", std::process::id());
         let holder = locks::Holder {
-            token: crate::store::jobs::new_batch_id(),
+            // Never 0, which would read as no token.
+            token: rand::random::<std::num::NonZeroU64>().get(),
             held_by: &held_by,
         };
         if !galera {
@@ -101,7 +102,7 @@ impl Held {
                 }
                 Ok(false) => {}
                 // Another node took it in the same moment: certification let its commit win.
-                Err(e) if db::classify(&e) == db::Failure::Conflict => {}
+                Err(e) if matches!(db::classify(&e), db::Failure::Conflict(_)) => {}
                 Err(e) => return Err(anyhow!("cannot take it: {}", crate::error::chain(&*e))),
             }
             let now = Instant::now();
@@ -131,7 +132,7 @@ impl Held {
                 );
                 (Some(holder.token), Some(left))
             }
-            Err(e) if db::classify(&e) != db::Failure::Connection || is_missing(&e) => {
+            Err(e) if db::classify(&e).keeps_connection() || is_missing(&e) => {
                 warn!(
                     lock = %name,
                     "cannot keep its marker ({}), so whether its last holder released it cannot be told: waiting {} for that holder to stop its command (run myjob migrate, and grant the account myjob_locks)",
@@ -230,13 +231,7 @@ impl Held {
 
 /// Whether the marker's table or column is missing (not migrated) or not granted.
 fn is_missing(e: &anyhow::Error) -> bool {
-    const ER_NO_SUCH_TABLE: u16 = 1146;
-    const ER_BAD_FIELD_ERROR: u16 = 1054;
-    const ER_TABLEACCESS_DENIED: u16 = 1142;
-    matches!(
-        db::server_code(e),
-        Some(ER_NO_SUCH_TABLE | ER_BAD_FIELD_ERROR | ER_TABLEACCESS_DENIED)
-    )
+    matches!(db::classify(e), db::Failure::Missing | db::Failure::Denied)
 }
 
 fn lost(why: &str) -> String {

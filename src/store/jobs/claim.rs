@@ -48,7 +48,7 @@ const CLAIM_FROM: &str = "SELECT priority, id FROM myjob_jobs FORCE INDEX (myjob
 /// node's applier that must change such a row aborts the local claim that holds it.
 pub async fn claim(
     conn: &mut Conn,
-    batch_id: u64,
+    batch_id: BatchId,
     queue: &str,
     limit: usize,
     who: &Claimer<'_>,
@@ -99,7 +99,7 @@ const CLAIM_SUSPECT: &str = "UPDATE myjob_jobs FORCE INDEX (myjob_jobs_claim) \
 /// it got one. Served by the claim index, on the `'suspect'` range: a few rows at most.
 pub async fn claim_suspect(
     conn: &mut Conn,
-    batch_id: u64,
+    batch_id: BatchId,
     queue: &str,
     who: &Claimer<'_>,
 ) -> anyhow::Result<bool> {
@@ -202,7 +202,7 @@ pub async fn probe(
 /// producer may write 16 MiB into every row). Served by the batch_id index.
 pub async fn read_batch(
     conn: &mut Conn,
-    batch_id: u64,
+    batch_id: BatchId,
     max_payload: u64,
 ) -> anyhow::Result<Vec<ClaimedJob>> {
     // The queue as bytes: the column is binary, and no row may make the conversion panic.
@@ -235,7 +235,7 @@ pub async fn read_batch(
             |(id, queue, payload, length, attempt, max_attempts, waited, key, slot)| {
                 let queue = String::from_utf8_lossy(&queue).into_owned();
                 ClaimedJob {
-                    id,
+                    id: JobId::new(id),
                     // A keyed job admitted by the gate has its slot; one a producer inserted
                     // as pending itself has none, and holds nothing to hand on.
                     slot: key.zip(slot).map(|(key, slot)| KeySlot {

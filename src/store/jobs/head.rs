@@ -150,7 +150,7 @@ impl std::fmt::Display for Lane {
 /// index for `status` and `queue` would walk it and lock the other lanes' entries again.
 async fn claim_ids(
     conn: &mut Conn,
-    batch_id: u64,
+    batch_id: BatchId,
     queue: &str,
     ids: &[u64],
     who: &Claimer<'_>,
@@ -180,7 +180,7 @@ async fn claim_ids(
 /// claims by primary key what [`pick`] takes of them.
 pub(super) async fn claim_lane(
     conn: &mut Conn,
-    batch_id: u64,
+    batch_id: BatchId,
     queue: &str,
     limit: usize,
     who: &Claimer<'_>,

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Value};
 
-use crate::db::{self, Failure, ServerId};
+use crate::db::{self, Failure, Refusal, ServerId};
 
 use super::in_list;
 
@@ -96,8 +96,10 @@ pub async fn hand_off(
 
 /// Whether an admission's error is a race lost to another admission.
 fn lost_race(e: &anyhow::Error) -> bool {
-    const ER_DUP_ENTRY: u16 = 1062;
-    db::server_code(e) == Some(ER_DUP_ENTRY) || db::classify(e) == Failure::Conflict
+    matches!(
+        db::classify(e),
+        Failure::Refused(Refusal::Duplicate) | Failure::Conflict(_)
+    )
 }
 
 /// An admission on a Galera node: the job, then the anchor once a job moved (a hand-off that

@@ -14,6 +14,7 @@ use mysql_async::Value;
 pub use claim::{claim, claim_suspect, probe, read_batch, Probe, CLAIM};
 pub use enqueue::{enqueue, Enqueued, NewJob};
 pub use head::{Lane, HELP_AFTER, STEAL_AFTER};
+pub use ids::{BatchId, JobId};
 pub use keys::KeySlot;
 pub use outcome::{
     cancelled, fit_error, still_claimed, write_outcomes, Claim, Completion, Outcome, Unwritten,
@@ -27,6 +28,7 @@ pub mod admin;
 mod claim;
 mod enqueue;
 mod head;
+mod ids;
 pub mod keys;
 mod outcome;
 pub mod purge;
@@ -45,7 +47,7 @@ pub enum Payload {
 /// A job as the claim hands it out.
 #[derive(Debug, Clone)]
 pub struct ClaimedJob {
-    pub id: u64,
+    pub id: JobId,
     pub queue: String,
     pub payload: Payload,
     /// This attempt's number, counting from 1 (the claim adds one to `attempts`).
@@ -64,17 +66,6 @@ pub struct ClaimedJob {
 pub struct Claimer<'a> {
     pub owner_server: &'a str,
     pub worker: &'a str,
-}
-
-/// A fresh batch id: random, so claimers on different hosts need no coordination, and never
-/// 0 so it cannot be mistaken for a missing one.
-pub fn new_batch_id() -> u64 {
-    loop {
-        let id = rand::random::<u64>();
-        if id != 0 {
-            return id;
-        }
-    }
 }
 
 /// `?, ?, …` for `n` values, with `n` rounded up to a power of two (the list is padded by

@@ -12,17 +12,17 @@ use super::*;
 /// A job claimed under a batch: what every write about it is fenced by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Claim {
-    pub job_id: u64,
-    pub batch_id: u64,
+    pub job_id: JobId,
+    pub batch_id: BatchId,
 }
 
 /// Of `claims`, those the reaper has not put back; their job ids. Served by the batch_id
 /// index.
-pub async fn still_claimed(conn: &mut Conn, claims: &[Claim]) -> anyhow::Result<Vec<u64>> {
+pub async fn still_claimed(conn: &mut Conn, claims: &[Claim]) -> anyhow::Result<Vec<JobId>> {
     if claims.is_empty() {
         return Ok(Vec::new());
     }
-    let mut batches: Vec<u64> = claims.iter().map(|c| c.batch_id).collect();
+    let mut batches: Vec<BatchId> = claims.iter().map(|c| c.batch_id).collect();
     batches.sort_unstable();
     batches.dedup();
     let (list, params) = in_list(&batches);
@@ -38,7 +38,7 @@ pub async fn still_claimed(conn: &mut Conn, claims: &[Claim]) -> anyhow::Result<
         .context("reading which claims are still held")?;
     Ok(claims
         .iter()
-        .filter(|c| rows.contains(&(c.job_id, c.batch_id)))
+        .filter(|c| rows.contains(&(c.job_id.get(), c.batch_id.get())))
         .map(|c| c.job_id)
         .collect())
 }
@@ -47,11 +47,12 @@ pub async fn still_claimed(conn: &mut Conn, claims: &[Claim]) -> anyhow::Result<
 /// turns a claimed job `cancelled` in place, batch_id and all). The consumer asks once a
 /// second while it has jobs running, in place of the keepalive's ping. Served by the batch_id
 /// index.
-pub async fn cancelled(conn: &mut Conn, batch_ids: &[u64]) -> anyhow::Result<Vec<u64>> {
+pub async fn cancelled(conn: &mut Conn, batch_ids: &[BatchId]) -> anyhow::Result<Vec<JobId>> {
     let (list, params) = in_list(batch_ids);
-    conn.exec(
+    conn.exec_map(
         format!("SELECT id FROM myjob_jobs WHERE batch_id IN ({list}) AND status = 'cancelled'"),
         Params::Positional(params),
+        JobId::new,
     )
     .await
     .context("asking which running jobs were cancelled")
@@ -77,8 +78,8 @@ pub enum Outcome {
 /// One job's outcome, with the batch that fences its write.
 #[derive(Debug, Clone)]
 pub struct Completion {
-    pub job_id: u64,
-    pub batch_id: u64,
+    pub job_id: JobId,
+    pub batch_id: BatchId,
     pub outcome: Outcome,
     /// The concurrency-key slot the job held, handed on once the outcome is written.
     pub slot: Option<KeySlot>,
@@ -148,7 +149,7 @@ pub struct Unwritten {
     pub lost: Vec<Claim>,
     /// The handler finished the job itself, in its own transaction, under the same batch (the
     /// exactly-once recipe): nothing left to write.
-    pub finished: Vec<u64>,
+    pub finished: Vec<JobId>,
 }
 
 /// Writes a set of outcomes: one statement for every `done` (the common case), whatever
@@ -178,7 +179,7 @@ pub async fn write_outcomes(
         }
         // Rare: tell the jobs whose handler finished them under their batch from those whose
         // claim was reaped (the reaper clears batch_id). Served by the primary key.
-        let ids: Vec<u64> = st.claims.iter().map(|c| c.job_id).collect();
+        let ids: Vec<JobId> = st.claims.iter().map(|c| c.job_id).collect();
         let (list, params) = in_list(&ids);
         let rows: Vec<(u64, Option<u64>, String)> = conn
             .exec(
@@ -192,7 +193,9 @@ pub async fn write_outcomes(
                 job_id: id,
                 batch_id,
             } = claim;
-            let row = rows.iter().find(|r| r.0 == id && r.1 == Some(batch_id));
+            let row = rows
+                .iter()
+                .find(|r| r.0 == id.get() && r.1 == Some(batch_id.get()));
             // As before: a job this statement wrote reads as finished too, which is as good.
             match row.map(|r| r.2.as_str()) {
                 Some("cancelled") => {
@@ -286,7 +289,7 @@ fn statements(completions: &[impl AsRef<Completion>]) -> Vec<Statement> {
 /// which both servers evaluate per row). Both lists are padded to a power of two by repeating
 /// their last value, so that a few sizes of statement stay prepared.
 fn done_statement(claims: &[Claim]) -> Statement {
-    let ids: Vec<u64> = claims.iter().map(|c| c.job_id).collect();
+    let ids: Vec<JobId> = claims.iter().map(|c| c.job_id).collect();
     let (list, mut params) = in_list(&ids);
     let arms = claims.len().max(1).next_power_of_two();
     // CAST: MySQL types a parameter once, at PREPARE, and a CASE of parameters alone might
@@ -314,12 +317,15 @@ mod tests {
     #[test]
     fn a_job_done_under_two_batches_gets_a_statement_for_each() {
         let c = |job_id, batch_id, outcome| Completion {
-            job_id,
-            batch_id,
+            job_id: JobId::new(job_id),
+            batch_id: BatchId::new(batch_id),
             outcome,
             slot: None,
         };
-        let claim = |job_id, batch_id| Claim { job_id, batch_id };
+        let claim = |job_id, batch_id| Claim {
+            job_id: JobId::new(job_id),
+            batch_id: BatchId::new(batch_id),
+        };
         let fail = Outcome::Fail { error: "x".into() };
         let st = statements(&[
             c(1, 10, Outcome::Done),
@@ -336,8 +342,10 @@ mod tests {
 
     #[test]
     fn one_done_statement_fences_each_row_by_its_own_batch() {
-        let claims =
-            [(10, 1), (11, 2), (12, 2)].map(|(job_id, batch_id)| Claim { job_id, batch_id });
+        let claims = [(10, 1), (11, 2), (12, 2)].map(|(job_id, batch_id)| Claim {
+            job_id: JobId::new(job_id),
+            batch_id: BatchId::new(batch_id),
+        });
         let st = done_statement(&claims);
         // Three ids and three arms, each padded to four.
         assert_eq!(st.sql.matches("WHEN ? THEN CAST(? AS UNSIGNED)").count(), 4);

@@ -14,7 +14,11 @@ use super::*;
 /// while they ran whose handlers have not been seen to stop (their concurrency-key slot is
 /// held until then). Fenced by batch_id: a batch
 /// the reaper already put back is not taken again.
-pub async fn adopt(conn: &mut Conn, batch_ids: &[u64], owner_server: &str) -> anyhow::Result<u64> {
+pub async fn adopt(
+    conn: &mut Conn,
+    batch_ids: &[BatchId],
+    owner_server: &str,
+) -> anyhow::Result<u64> {
     if batch_ids.is_empty() {
         return Ok(0);
     }
@@ -37,8 +41,8 @@ pub async fn adopt(conn: &mut Conn, batch_ids: &[u64], owner_server: &str) -> an
 /// A claim older than the reaper's threshold, with what it needs to judge it.
 #[derive(Debug, Clone)]
 pub struct OldClaim {
-    pub id: u64,
-    pub batch_id: Option<u64>,
+    pub id: JobId,
+    pub batch_id: Option<BatchId>,
     pub owner_conn: Option<u64>,
     pub owner_server: Option<String>,
     pub attempts: u32,
@@ -70,8 +74,8 @@ fn old_claim(row: OldClaimRow) -> OldClaim {
     // VARBINARY: any bytes an UPDATE of the user's left there, shown as text.
     let queue = String::from_utf8_lossy(&queue).into_owned();
     OldClaim {
-        id,
-        batch_id,
+        id: JobId::new(id),
+        batch_id: batch_id.map(BatchId::new),
         owner_conn,
         owner_server,
         attempts,
@@ -115,7 +119,7 @@ pub struct HeldPage {
     pub old: Vec<OldClaim>,
     /// The claims with no time, or one more than [`undated::AHEAD`] ahead of the server's
     /// clock: only a producer writes them, and the reaper dates them (see [`undated`]).
-    pub undated: Vec<u64>,
+    pub undated: Vec<JobId>,
     /// Where the next page starts, when this one was full.
     pub next: Option<ClaimCursor>,
 }
@@ -222,7 +226,7 @@ pub async fn held(
             Held::Cancelled => ClaimCursor::Cancel { id },
         });
         if dated_wrong {
-            page.undated.push(id);
+            page.undated.push(JobId::new(id));
         } else if old {
             let claim = (id, row.1, row.2, row.3, row.4, row.5, row.6, row.7, queue);
             page.old.push(old_claim(claim));

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Params};
 
-use super::in_list;
+use super::{in_list, JobId};
 
 /// How far ahead of the server's clock a claim's time may be and still count: the clocks of
 /// a cluster's nodes disagree by far less. Dating a live claim is safe (it only puts off its
@@ -34,7 +34,7 @@ const UNDATED_CANCEL: &str =
 
 /// Dates now the claims among `ids` that are still undated (as [`super::held`] found
 /// them). Returns how many changed. Served by the primary key.
-pub async fn date(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<u64> {
+pub async fn date(conn: &mut Conn, ids: &[JobId]) -> anyhow::Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }

@@ -3,6 +3,7 @@
 //! [`rate::claim`]).
 
 use super::*;
+use crate::store::jobs::BatchId;
 
 /// Reads back the jobs a committed claim took under `batch_id`. When the read fails, the
 /// batch is kept in `unread`, this instance's still, and read after the reconnect.
@@ -10,9 +11,9 @@ pub(super) async fn read_back(
     metrics: &Metrics,
     conn: &mut mysql_async::Conn,
     limit: Duration,
-    batch_id: u64,
+    batch_id: BatchId,
     max_payload_bytes: u64,
-    unread: &mut Vec<u64>,
+    unread: &mut Vec<BatchId>,
 ) -> anyhow::Result<Vec<jobs::ClaimedJob>> {
     let read = jobs::read_batch(conn, batch_id, max_payload_bytes);
     let claimed = metrics.within(Op::ReadBatch, limit, read).await;
@@ -110,7 +111,7 @@ impl Consumer {
         let Some((conn, server)) = self.link.claimer() else {
             return Ok(0);
         };
-        let batch_id = jobs::new_batch_id();
+        let batch_id = jobs::BatchId::random();
         let who = Claimer {
             owner_server: server,
             worker: &self.worker,
@@ -176,7 +177,7 @@ impl Consumer {
                     // would be claimed by this instance with nobody to run them. Read back
                     // after the reconnect (an empty batch reads as nothing). An error the
                     // server sent says the statement did not commit.
-                    if db::classify(&e) == Failure::Connection && db::server_code(&e).is_none() {
+                    if db::classify(&e) == Failure::Lost {
                         self.unread.push(batch_id);
                     }
                     self.link.used();
@@ -199,7 +200,11 @@ impl Consumer {
         if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
             self.metrics.attempts.last_claim.set(now.as_secs_f64());
         }
-        debug!(batch_id, jobs = claimed.len(), "claimed a batch");
+        debug!(
+            batch_id = batch_id.get(),
+            jobs = claimed.len(),
+            "claimed a batch"
+        );
         let got = claimed.len();
         self.take(settings, batch_id, claimed);
         match failed {
@@ -233,7 +238,7 @@ impl Consumer {
     pub(super) fn take(
         &mut self,
         settings: &Settings,
-        batch_id: u64,
+        batch_id: BatchId,
         claimed: Vec<jobs::ClaimedJob>,
     ) {
         for job in claimed {
@@ -242,13 +247,13 @@ impl Consumer {
             // Claimed by its exact name, so the lookup finds it; a claim that cannot be
             // started all the same goes back at once rather than sit claimed.
             let Some(queue) = settings.queue(&job.queue).cloned() else {
-                warn!(job_id = job.id, queue = %job.queue, "job released: claimed for a queue this instance does not serve");
+                warn!(job_id = job.id.get(), queue = %job.queue, "job released: claimed for a queue this instance does not serve");
                 self.outbox.release(job.id, batch_id, span.clone());
                 continue;
             };
             if self.quarantine.holds(batch_id) {
                 info!(
-                    job_id = job.id,
+                    job_id = job.id.get(),
                     queue = %job.queue,
                     "suspect claimed: it was running at two deaths of its workers; it runs in the quarantine slot, the one suspect of this instance"
                 );

@@ -89,7 +89,7 @@ impl Consumer {
     pub(super) fn release_prefetched(&mut self, why: &str) {
         for r in self.prefetch.take_all() {
             let span = r.span();
-            span.in_scope(|| info!(job_id = r.job.id, "{why}"));
+            span.in_scope(|| info!(job_id = r.job.id.get(), "{why}"));
             self.outbox.release(r.job.id, r.batch_id, span);
         }
     }

@@ -20,7 +20,7 @@ impl Consumer {
             None => false,
         };
         self.counters.running.store(self.slots.len(), Relaxed);
-        let (job_id, attempt) = (f.completion.job_id, f.attempt);
+        let (job_id, attempt) = (f.completion.job_id.get(), f.attempt);
         // Counted by outcome once written (see `Outbox`): a fenced write that matches no row
         // is a lost attempt, whatever its handler said.
         let ended = match &f.completion.outcome {
@@ -116,7 +116,7 @@ impl Consumer {
                     "consumer: handing slots on: {}; the gate admits their next jobs",
                     chain(&*e)
                 );
-                if db::classify(&e) == Failure::Connection {
+                if !db::classify(&e).keeps_connection() {
                     self.link.lost(&e);
                 }
             }
@@ -133,7 +133,7 @@ impl Consumer {
         let Some(conn) = self.link.conn() else {
             return;
         };
-        let mut batches: Vec<u64> = self
+        let mut batches: Vec<BatchId> = self
             .slots
             .batches()
             .chain(self.prefetch.batches())
@@ -152,8 +152,9 @@ impl Consumer {
                 }
                 self.slots.cancel(&ids);
                 for r in self.prefetch.drop_jobs(&ids) {
-                    r.span()
-                        .in_scope(|| info!(job_id = r.job.id, "job cancelled before its start"));
+                    r.span().in_scope(|| {
+                        info!(job_id = r.job.id.get(), "job cancelled before its start")
+                    });
                     // Said as for a handler stopped: the row's owner is cleared, which frees
                     // its concurrency-key slot, handed on once written.
                     let seen = Completion {

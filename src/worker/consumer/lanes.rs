@@ -52,9 +52,6 @@ const PRUNE_AGE: Duration = Duration::from_secs(24 * 3600);
 /// `myjob_lanes`), how long before they are tried again.
 const REFUSED_RETRY: Duration = Duration::from_secs(300);
 
-/// The server's code for a statement the account may not run on a table.
-const DENIED: u16 = 1142;
-
 /// Where the lanes stand.
 enum State {
     /// Not a Galera node (or not asked yet): every claim takes the whole head.
@@ -147,8 +144,8 @@ impl Lanes {
         };
         let seen = match read.await {
             Ok(seen) => seen,
-            Err(e) if db::classify(&e) == Failure::Conflict => return Ok(()),
-            Err(e) if db::server_code(&e) == Some(DENIED) => {
+            Err(e) if matches!(db::classify(&e), Failure::Conflict(_)) => return Ok(()),
+            Err(e) if db::classify(&e) == Failure::Denied => {
                 if !matches!(self.state, State::Refused) {
                     warn!("consumer: {}; claiming whole queues on this Galera node (GRANT SELECT, INSERT, UPDATE, DELETE ON the database's myjob_lanes to this account)", chain(&*e));
                 }
@@ -179,7 +176,7 @@ impl Lanes {
     async fn prune(&mut self, conn: &mut Conn) -> anyhow::Result<()> {
         match lanes::prune(conn, PRUNE_AGE).await {
             Ok(n) => debug!(lanes = n, "consumer: forgot lanes not seen for a day"),
-            Err(e) if db::server_code(&e).is_some() => {
+            Err(e) if db::classify(&e) != Failure::Lost => {
                 debug!("consumer: {}; the old lanes stay", chain(&*e))
             }
             Err(e) => return Err(e),

@@ -26,7 +26,7 @@ use crate::logging::job_span;
 use crate::metrics::{self, Metrics, Op};
 use crate::stager::gate::Wakes;
 use crate::store::jobs::keys::Referee;
-use crate::store::jobs::{self, Claimer, Completion, Outcome};
+use crate::store::jobs::{self, BatchId, Claimer, Completion, JobId, Outcome};
 use crate::store::servers;
 use crate::worker::name::WorkerName;
 
@@ -89,7 +89,7 @@ pub struct Consumer {
     /// Batches claimed (the claim committed) whose read-back failed: this instance's jobs,
     /// re-owned at the reconnect and read then (see [`Consumer::read_unread`]), rather than
     /// left to the reaper as a dead worker's.
-    unread: Vec<u64>,
+    unread: Vec<BatchId>,
     /// When to stamp the heartbeat of the server this instance claims through next (see
     /// [`Consumer::stamp`]).
     next_stamp: Instant,
@@ -97,7 +97,7 @@ pub struct Consumer {
     lanes: Lanes,
     /// Running jobs whose claim was gone at a reconnect (see [`Consumer::adopt`]): their
     /// handlers were stopped, and their end is logged as that, not as an operator's cancel.
-    lost: Vec<u64>,
+    lost: Vec<JobId>,
     /// Rate-limited queues whose budget ran out before their jobs did, and when it has a
     /// start again: left out of the claims and the probe's answer until then, then claimed
     /// at once (see [`rate::claim`]).

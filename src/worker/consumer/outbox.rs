@@ -13,7 +13,7 @@ use tracing::{debug, error, warn, Span};
 use crate::db::{self, Failure};
 use crate::error::chain;
 use crate::metrics::{self, QueueMetrics};
-use crate::store::jobs::{self, Completion, KeySlot, Outcome, Unwritten};
+use crate::store::jobs::{self, BatchId, Completion, JobId, KeySlot, Outcome, Unwritten};
 
 /// Where an attempt's outcome is counted once it is written: its queue's metrics, and the
 /// outcome its handler gave. None for a job given back before it started.
@@ -59,7 +59,7 @@ impl Outbox {
     }
 
     /// A job given back before its handler started: its claim undone, no attempt counted.
-    pub fn release(&mut self, job_id: u64, batch_id: u64, span: Span) {
+    pub fn release(&mut self, job_id: JobId, batch_id: BatchId, span: Span) {
         let c = Completion {
             job_id,
             batch_id,
@@ -84,7 +84,7 @@ impl Outbox {
     }
 
     /// The batches the held outcomes belong to: still this instance's claims.
-    pub fn batches(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn batches(&self) -> impl Iterator<Item = BatchId> + '_ {
         self.held.iter().map(|h| h.completion.batch_id)
     }
 
@@ -122,7 +122,7 @@ impl Outbox {
         }
         let unwritten = match jobs::write_outcomes(conn, &self.held).await {
             Ok(unwritten) => unwritten,
-            Err(e) if db::classify(&e) == Failure::Refused => {
+            Err(e) if matches!(db::classify(&e), Failure::Refused(_)) => {
                 warn!(
                     "consumer: the server refused a write of {} outcomes ({}): writing them one by one",
                     self.held.len(),
@@ -185,7 +185,7 @@ async fn write_or_fail(
     span: &Span,
 ) -> anyhow::Result<(Unwritten, bool)> {
     let e = match jobs::write_outcomes(conn, std::slice::from_ref(c)).await {
-        Err(e) if db::classify(&e) == Failure::Refused => e,
+        Err(e) if matches!(db::classify(&e), Failure::Refused(_)) => e,
         other => return other.map(|u| (u, false)),
     };
     let reason = chain(&*e);
@@ -196,11 +196,11 @@ async fn write_or_fail(
         ..c.clone()
     };
     match jobs::write_outcomes(conn, std::slice::from_ref(&failed)).await {
-        Err(e) if db::classify(&e) == Failure::Refused => {
+        Err(e) if matches!(db::classify(&e), Failure::Refused(_)) => {
             span.in_scope(|| {
                 error!(
-                    job_id = c.job_id,
-                    batch_id = c.batch_id,
+                    job_id = c.job_id.get(),
+                    batch_id = c.batch_id.get(),
                     "job outcome dropped: the server refused it ({reason}), and refuses its failure too ({})",
                     chain(&*e)
                 )
@@ -220,8 +220,8 @@ async fn write_or_fail(
                 span.in_scope(|| {
                     error!(
                         target: "myjob::msg::failed",
-                        job_id = c.job_id,
-                        batch_id = c.batch_id,
+                        job_id = c.job_id.get(),
+                        batch_id = c.batch_id.get(),
                         "job failed: the server refused its outcome: {reason}"
                     )
                 });
@@ -259,7 +259,7 @@ fn freed(freed: &mut Vec<KeySlot>, c: &Completion, unwritten: &Unwritten) {
 
 /// Logs the outcomes among `held` that were not written, each in its job's span.
 fn report(unwritten: &Unwritten, held: &[Held]) {
-    let span_of = |job_id: u64, batch_id: Option<u64>| {
+    let span_of = |job_id: JobId, batch_id: Option<BatchId>| {
         held.iter()
             .find(|h| {
                 let c = &h.completion;
@@ -270,8 +270,8 @@ fn report(unwritten: &Unwritten, held: &[Held]) {
     for &jobs::Claim { job_id, batch_id } in &unwritten.lost {
         span_of(job_id, Some(batch_id)).in_scope(|| {
             warn!(
-                job_id,
-                batch_id,
+                job_id = job_id.get(),
+                batch_id = batch_id.get(),
                 "job outcome not written: its claim was reaped and the job was put back meanwhile"
             )
         });
@@ -279,7 +279,7 @@ fn report(unwritten: &Unwritten, held: &[Held]) {
     for &job_id in &unwritten.finished {
         span_of(job_id, None).in_scope(|| {
             debug!(
-                job_id,
+                job_id = job_id.get(),
                 "job outcome not written: its handler finished the job in its own transaction"
             )
         });
@@ -292,8 +292,8 @@ mod tests {
 
     fn done(job_id: u64) -> Completion {
         Completion {
-            job_id,
-            batch_id: 1,
+            job_id: JobId::new(job_id),
+            batch_id: BatchId::new(1),
             outcome: Outcome::Done,
             slot: None,
         }
@@ -314,7 +314,7 @@ mod tests {
             o.push(done(id), None, Span::none());
         }
         assert!(o.due(now, 4, false), "a batch's worth");
-        assert_eq!(o.batches().collect::<Vec<_>>(), [1, 1, 1, 1]);
+        assert_eq!(o.batches().collect::<Vec<_>>(), [BatchId::new(1); 4]);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{QueueSettings, WorkerSettings};
-use crate::store::jobs::{Claim, ClaimedJob};
+use crate::store::jobs::{BatchId, Claim, ClaimedJob, JobId};
 
 /// How far ahead the prefetch looks (at most `batch_size` jobs).
 const HORIZON: Duration = Duration::from_millis(100);
@@ -23,7 +23,7 @@ const RATE_WINDOW: Duration = Duration::from_millis(250);
 /// A claimed job waiting for a slot.
 pub struct Ready {
     pub job: ClaimedJob,
-    pub batch_id: u64,
+    pub batch_id: BatchId,
     pub queue: Arc<QueueSettings>,
     /// Its lines' span (see `logging::job_span`).
     pub span: tracing::Span,
@@ -84,7 +84,7 @@ impl Prefetch {
     }
 
     /// The batches of the waiting jobs: still this instance's claims.
-    pub fn batches(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn batches(&self) -> impl Iterator<Item = BatchId> + '_ {
         self.ready.iter().map(|r| r.batch_id)
     }
 
@@ -100,17 +100,17 @@ impl Prefetch {
     }
 
     /// Keeps only the waiting jobs in `held`; returns the ids of the others.
-    pub fn keep_only(&mut self, held: &[u64]) -> Vec<Ready> {
+    pub fn keep_only(&mut self, held: &[JobId]) -> Vec<Ready> {
         self.retain(|id| held.contains(&id))
     }
 
     /// Drops the waiting jobs among `ids` (an operator cancelled them); returns those dropped.
-    pub fn drop_jobs(&mut self, ids: &[u64]) -> Vec<Ready> {
+    pub fn drop_jobs(&mut self, ids: &[JobId]) -> Vec<Ready> {
         self.retain(|id| !ids.contains(&id))
     }
 
     /// Keeps the waiting jobs whose id passes `keep`; returns the others.
-    fn retain(&mut self, keep: impl Fn(u64) -> bool) -> Vec<Ready> {
+    fn retain(&mut self, keep: impl Fn(JobId) -> bool) -> Vec<Ready> {
         let mut dropped = Vec::new();
         for r in std::mem::take(&mut self.ready) {
             if keep(r.job.id) {

@@ -47,7 +47,6 @@ impl Consumer {
     /// account without SELECT on `myjob_queues` (GRANTs from before the table existed) gets
     /// one error line and goes on claiming every queue: the jobs run, though pauses go unseen.
     pub(super) async fn probe(&mut self, settings: &Settings) {
-        const ER_TABLEACCESS_DENIED: u16 = 1142;
         self.busy.clear();
         let quarantine_free = self.quarantine_free();
         let limit = self.link.limit();
@@ -74,7 +73,7 @@ impl Consumer {
             )
             .await;
         if let Err(e) = &found {
-            if db::server_code(e) == Some(ER_TABLEACCESS_DENIED) {
+            if db::classify(e) == Failure::Denied {
                 if self.pause_reads.denied() {
                     error!("consumer: {}; claiming every queue, paused or not (GRANT SELECT ON the database's myjob_queues to this account)", chain(&**e));
                 }

@@ -1,6 +1,7 @@
 //! The quarantine slot and the claim of a suspect into it.
 
 use super::*;
+use crate::store::jobs::BatchId;
 
 /// The quarantine slot: at most one suspect runs in an instance at a time (a suspect is a job
 /// that was held at two deaths of its workers), so that if this instance dies, the reaper
@@ -17,7 +18,10 @@ pub(super) enum Quarantine {
     /// The suspect of `batch` is held (prefetched, running, or its outcome not yet written:
     /// until then the row still says claimed, and a death would charge it). `then`: the
     /// queue to claim the next suspect from once it is released.
-    Holding { batch: u64, then: Option<String> },
+    Holding {
+        batch: BatchId,
+        then: Option<String>,
+    },
 }
 
 impl Quarantine {
@@ -49,7 +53,7 @@ impl Quarantine {
     }
 
     /// Whether `batch` is the suspect's.
-    pub(super) fn holds(&self, batch: u64) -> bool {
+    pub(super) fn holds(&self, batch: BatchId) -> bool {
         matches!(self, Quarantine::Holding { batch: b, .. } if *b == batch)
     }
 
@@ -96,7 +100,7 @@ impl Consumer {
             self.quarantine.forget_queue();
             return Ok(());
         }
-        let batch_id = jobs::new_batch_id();
+        let batch_id = jobs::BatchId::random();
         let who = Claimer {
             owner_server: server,
             worker: &self.worker,
@@ -131,6 +135,7 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::Quarantine;
+    use crate::store::jobs::BatchId;
 
     fn found(queue: &str) -> Quarantine {
         Quarantine::Found {
@@ -146,10 +151,10 @@ mod tests {
         q.seen(Some("mail".into()));
         assert!(q.is_found());
         q = Quarantine::Holding {
-            batch: 7,
+            batch: BatchId::new(7),
             then: Some("mail".into()),
         };
-        assert!(q.holds(7) && !q.holds(8) && !q.is_found());
+        assert!(q.holds(BatchId::new(7)) && !q.holds(BatchId::new(8)) && !q.is_found());
         // Released: the queue it came from is claimed from again at once.
         q.released();
         assert_eq!(q, found("mail"));
@@ -158,11 +163,11 @@ mod tests {
     #[test]
     fn a_probe_while_holding_forgets_the_queue_to_go_on_with() {
         let mut q = Quarantine::Holding {
-            batch: 7,
+            batch: BatchId::new(7),
             then: Some("mail".into()),
         };
         q.seen(None);
-        assert!(q.holds(7));
+        assert!(q.holds(BatchId::new(7)));
         q.released();
         assert_eq!(q, Quarantine::Empty);
     }
@@ -173,11 +178,11 @@ mod tests {
         q.forget_queue();
         assert_eq!(q, Quarantine::Empty);
         let mut q = Quarantine::Holding {
-            batch: 7,
+            batch: BatchId::new(7),
             then: Some("mail".into()),
         };
         q.forget_queue();
-        assert!(q.holds(7));
+        assert!(q.holds(BatchId::new(7)));
         q.released();
         assert_eq!(q, Quarantine::Empty);
         // Released twice, or with nothing held: nothing changes.

@@ -10,9 +10,9 @@ use mysql_async::Conn;
 use tracing::debug;
 
 use crate::config::RateLimit;
-use crate::db::{self, Failure};
+use crate::db::{self, Failure, Race};
 use crate::error::chain;
-use crate::store::jobs::{self, Claimer, Lane};
+use crate::store::jobs::{self, BatchId, Claimer, Lane};
 use crate::store::queues;
 
 /// After a race for the budget lost to another instance: ask again this long after.
@@ -31,7 +31,7 @@ pub struct Limited {
 /// queue.
 pub async fn claim(
     conn: &mut Conn,
-    batch_id: u64,
+    batch_id: BatchId,
     queue: &str,
     rate: &RateLimit,
     want: usize,
@@ -42,7 +42,7 @@ pub async fn claim(
         Ok(reserved) => reserved,
         // Another node's instance wrote the budget first (Galera's certification), or held
         // its row: nothing was taken.
-        Err(e) if db::classify(&e) == Failure::Conflict => {
+        Err(e) if matches!(db::classify(&e), Failure::Conflict(_)) => {
             return Ok(Limited {
                 claimed: 0,
                 wait: Some(LOST_RACE),
@@ -67,7 +67,7 @@ pub async fn claim(
             // a lock wait) rolled back for sure: its starts go back to the budget, or every
             // such loss would cost the queue its share of the limit. One that broke off may
             // have committed, so its starts stay spent.
-            if db::classify(&e) == Failure::Conflict {
+            if matches!(db::classify(&e), Failure::Conflict(_)) {
                 give_back(conn, queue, rate, &reserved, reserved.granted).await;
             }
             return Err(e);
@@ -100,7 +100,7 @@ async fn give_back(
     unused: usize,
 ) {
     let mut refunded = queues::refund(conn, queue, rate, reserved, unused).await;
-    if matches!(&refunded, Err(e) if db::server_code(e) == Some(db::ER_LOCK_DEADLOCK)) {
+    if matches!(&refunded, Err(e) if db::classify(e) == Failure::Conflict(Race::Deadlock)) {
         refunded = queues::refund(conn, queue, rate, reserved, unused).await;
     }
     if let Err(e) = refunded {

@@ -69,7 +69,7 @@ impl Consumer {
     /// changes nothing of a claim that is gone.) On a Galera node these statements wait for
     /// the cluster, so that a put-back committed through another node is seen.
     pub(super) async fn adopt(&mut self, fresh: &mut Fresh) -> anyhow::Result<u64> {
-        let mut batches: Vec<u64> = self
+        let mut batches: Vec<BatchId> = self
             .slots
             .batches()
             .chain(self.prefetch.batches())
@@ -90,12 +90,12 @@ impl Consumer {
         for r in self.prefetch.keep_only(&held) {
             r.span().in_scope(|| {
                 warn!(
-                    job_id = r.job.id,
+                    job_id = r.job.id.get(),
                     "job dropped before its start: its claim was put back while the connection was away"
                 )
             });
         }
-        let gone: Vec<u64> = running
+        let gone: Vec<JobId> = running
             .iter()
             .map(|c| c.job_id)
             .filter(|id| !held.contains(id))
@@ -103,7 +103,7 @@ impl Consumer {
         for &job_id in &gone {
             self.slots.span_of(job_id).in_scope(|| {
                 warn!(
-                    job_id,
+                    job_id = job_id.get(),
                     "job's handler stopped: its claim was put back while the connection was away, for another worker to run"
                 )
             });
@@ -136,7 +136,7 @@ impl Consumer {
                     // A claim that broke before it committed reads back empty.
                     if !claimed.is_empty() {
                         info!(
-                            batch_id,
+                            batch_id = batch_id.get(),
                             jobs = claimed.len(),
                             "consumer: read back the batch claimed before the connection broke"
                         );
@@ -154,7 +154,7 @@ impl Consumer {
     /// writes again after a short random pause (a claim is tried again at its next turn).
     /// Anything else drops the connection.
     pub(super) async fn db_error(&mut self, e: anyhow::Error) {
-        if db::classify(&e) == Failure::Connection {
+        if !db::classify(&e).keeps_connection() {
             self.link.lost(&e);
             return;
         }

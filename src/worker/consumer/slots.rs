@@ -13,7 +13,7 @@ use tracing::{Instrument, Span};
 
 use crate::config::{Settings, WorkerSettings};
 use crate::metrics::{Metrics, ProcessExit};
-use crate::store::jobs::{Claim, Completion, Outcome, Payload};
+use crate::store::jobs::{BatchId, Claim, Completion, JobId, Outcome, Payload};
 use crate::worker::consumer::prefetch::Ready;
 use crate::worker::handler::exit;
 use crate::worker::handler::pool::Pool;
@@ -46,9 +46,9 @@ enum Runs {
 
 /// What a slot remembers about its handler.
 struct Running {
-    job_id: u64,
+    job_id: JobId,
     runs: Runs,
-    batch_id: u64,
+    batch_id: BatchId,
     /// The concurrency-key slot its job holds.
     slot: Option<crate::store::jobs::KeySlot>,
     attempt: u32,
@@ -123,7 +123,7 @@ impl Slots {
     }
 
     /// The batches of the running jobs: still this instance's claims.
-    pub fn batches(&self) -> impl Iterator<Item = u64> + '_ {
+    pub fn batches(&self) -> impl Iterator<Item = BatchId> + '_ {
         self.running.values().map(|r| r.batch_id)
     }
 
@@ -139,7 +139,7 @@ impl Slots {
     }
 
     /// The span of the running job `job_id`; none when it does not run here.
-    pub fn span_of(&self, job_id: u64) -> Span {
+    pub fn span_of(&self, job_id: JobId) -> Span {
         self.running
             .values()
             .find(|r| r.job_id == job_id)
@@ -191,7 +191,7 @@ impl Slots {
                 };
                 // Which instance started which attempt: the first line of each run's story.
                 span.in_scope(|| {
-                    tracing::info!(job_id = run.id, attempt = run.attempt, queue = %run.queue, "job started")
+                    tracing::info!(job_id = run.id.get(), attempt = run.attempt, queue = %run.queue, "job started")
                 });
                 if runs == Runs::Persistent {
                     self.start_persistent(run, q, worker, stop, abort, &span)
@@ -266,14 +266,14 @@ impl Slots {
     /// Kills the handlers of the jobs among `ids` that run here at once, without the grace
     /// of a SIGTERM: their claims are gone, and the jobs may already run elsewhere. They end
     /// as aborted handlers do (released, which the batch_id fence makes a no-op).
-    pub fn kill(&self, ids: &[u64]) {
+    pub fn kill(&self, ids: &[JobId]) {
         for r in self.running.values().filter(|r| ids.contains(&r.job_id)) {
             r.kill.cancel();
         }
     }
 
     /// Stops the handlers of the jobs among `ids` that run here: an operator cancelled them.
-    pub fn cancel(&self, ids: &[u64]) {
+    pub fn cancel(&self, ids: &[JobId]) {
         for r in self.running.values().filter(|r| ids.contains(&r.job_id)) {
             r.cancel.cancel();
         }
@@ -444,7 +444,7 @@ mod tests {
     fn ready(id: u64, command: &[&str], timeout: Duration) -> Ready {
         Ready {
             job: ClaimedJob {
-                id,
+                id: JobId::new(id),
                 queue: "q".into(),
                 payload: Payload::Loaded(b"x".to_vec()),
                 attempt: 1,
@@ -453,7 +453,7 @@ mod tests {
                 read_at: tokio::time::Instant::now(),
                 slot: None,
             },
-            batch_id: 7,
+            batch_id: BatchId::new(7),
             span: Span::none(),
             queue: Arc::new(QueueSettings {
                 name: "q".into(),
@@ -489,11 +489,11 @@ mod tests {
         slots.start(ready(1, &["/bin/true"], t), &w);
         slots.start(ready(2, &["/bin/false"], t), &w);
         assert_eq!(slots.len(), 2);
-        assert_eq!(slots.batches().collect::<Vec<_>>(), [7, 7]);
+        assert_eq!(slots.batches().collect::<Vec<_>>(), [BatchId::new(7); 2]);
         let mut got = Vec::new();
         for _ in 0..2 {
             let f = slots.next_finished().await;
-            assert_eq!((f.attempt, f.completion.batch_id), (1, 7));
+            assert_eq!((f.attempt, f.completion.batch_id), (1, BatchId::new(7)));
             got.push((f.completion.job_id, f.completion.outcome));
         }
         got.sort_by_key(|g| g.0);

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{warn, Span};
 
 use crate::config::{self, QueueSettings};
+use crate::store::jobs::{BatchId, JobId};
 use crate::worker::guard;
 use output::Tag;
 /// After the handler exits, how long its output pipes may stay open (held by a child that
@@ -28,12 +29,12 @@ pub(crate) mod protocol;
 /// The job as the handler sees it.
 #[derive(Debug, Clone)]
 pub struct Job {
-    pub id: u64,
+    pub id: JobId,
     pub queue: String,
     pub payload: Arc<[u8]>,
     pub attempt: u32,
     pub max_attempts: u32,
-    pub batch_id: u64,
+    pub batch_id: BatchId,
     pub instance: String,
 }
 
@@ -91,8 +92,8 @@ pub async fn run(
     });
     let pid = child.id().unwrap_or(0);
     // Run inside the job's span (see `Slots::start`): its output lines carry it too.
-    let out_tag = Tag::new(job.id, Span::current(), pid, "stdout");
-    let err_tag = Tag::new(job.id, Span::current(), pid, "stderr");
+    let out_tag = Tag::new(Some(job.id), Span::current(), pid, "stdout");
+    let err_tag = Tag::new(Some(job.id), Span::current(), pid, "stderr");
     let stdout = child
         .stdout
         .take()
@@ -110,23 +111,56 @@ pub async fn run(
     };
     // A timed-out, cancelled or aborted handler is still running: end it before looking at
     // its output.
+    stop(
+        &mut child,
+        group,
+        &ended,
+        job,
+        queue.timeout,
+        kill_grace,
+        abort,
+    )
+    .await;
+    // Whatever the handler left behind in its group dies with it.
+    signal_group(group, Signal::SIGKILL);
+
+    writer.abort();
+    for reader in [stdout, stderr].into_iter().flatten() {
+        finish(reader).await;
+    }
+    out_tag.finish();
+    let tail = err_tag.finish();
+    exit_of(ended, &tail, queue.timeout)
+}
+
+/// Ends a handler still running after `ended`: SIGTERM to its group, then SIGKILL after
+/// `kill_grace`, or at once on `abort`.
+async fn stop(
+    child: &mut Child,
+    group: Option<Pid>,
+    ended: &Ended,
+    job: &Job,
+    timeout: Duration,
+    kill_grace: Duration,
+    abort: &CancellationToken,
+) {
     match ended {
         Ended::Status(_) => {}
         Ended::TimedOut | Ended::Cancelled => {
             match ended {
                 Ended::Cancelled => warn!(
-                    job_id = job.id,
+                    job_id = job.id.get(),
                     "job cancelled: SIGTERM to its handler's process group"
                 ),
                 _ => {
-                    warn!(job_id = job.id, timeout = ?queue.timeout, "handler timed out: SIGTERM to its process group")
+                    warn!(job_id = job.id.get(), timeout = ?timeout, "handler timed out: SIGTERM to its process group")
                 }
             }
             signal_group(group, Signal::SIGTERM);
             tokio::select! {
                 status = child.wait() => { let _ = status; }
                 _ = tokio::time::sleep(kill_grace) => {
-                    warn!(job_id = job.id, "handler ignored SIGTERM: SIGKILL to its process group");
+                    warn!(job_id = job.id.get(), "handler ignored SIGTERM: SIGKILL to its process group");
                     signal_group(group, Signal::SIGKILL);
                     let _ = child.wait().await;
                 }
@@ -141,15 +175,10 @@ pub async fn run(
             let _ = child.wait().await;
         }
     }
-    // Whatever the handler left behind in its group dies with it.
-    signal_group(group, Signal::SIGKILL);
+}
 
-    writer.abort();
-    for reader in [stdout, stderr].into_iter().flatten() {
-        finish(reader).await;
-    }
-    out_tag.finish();
-    let tail = err_tag.finish();
+/// What a handler's end says, with the last of its stderr (`tail`) in a failure's reason.
+fn exit_of(ended: Ended, tail: &str, timeout: Duration) -> Exit {
     let with_tail = |reason: String| {
         if tail.is_empty() {
             reason
@@ -170,7 +199,7 @@ pub async fn run(
         Ended::TimedOut => Exit::Failed {
             reason: with_tail(format!(
                 "timed out after {}",
-                humantime::format_duration(queue.timeout)
+                humantime::format_duration(timeout)
             )),
             code: None,
         },

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tracing::{info, Span};
 
+use crate::store::jobs::JobId;
+
 /// The most bytes of one output line that are logged; a longer line is split.
 const MAX_LINE: usize = 4096;
 /// The most lines of one stream of one job that are logged; the rest is read and counted, so
@@ -29,8 +31,8 @@ pub struct Tag {
 /// The job in progress and what its lines left; one lock, so that a line is never logged
 /// with one job's id and another's span.
 struct TagState {
-    /// The job in progress; 0 between the jobs of a persistent process.
-    job_id: u64,
+    /// The job in progress; none between the jobs of a persistent process.
+    job_id: Option<JobId>,
     /// Its span (its fields in the journal); none between jobs.
     span: Span,
     lines: u64,
@@ -38,7 +40,7 @@ struct TagState {
 }
 
 impl TagState {
-    fn new(job_id: u64, span: Span) -> TagState {
+    fn new(job_id: Option<JobId>, span: Span) -> TagState {
         TagState {
             job_id,
             span,
@@ -49,7 +51,7 @@ impl TagState {
 }
 
 impl Tag {
-    pub fn new(job_id: u64, span: Span, pid: u32, stream: &'static str) -> Arc<Tag> {
+    pub fn new(job_id: Option<JobId>, span: Span, pid: u32, stream: &'static str) -> Arc<Tag> {
         Arc::new(Tag {
             pid,
             stream,
@@ -60,14 +62,14 @@ impl Tag {
     /// From now on, lines belong to `job_id`, counted and kept afresh. Until then they
     /// belonged to the job before: a line a process writes just before its answer may be read
     /// just after it.
-    pub fn start(&self, job_id: u64, span: Span) {
-        self.take(job_id, span);
+    pub fn start(&self, job_id: JobId, span: Span) {
+        self.take(Some(job_id), span);
     }
 
     /// The job's lines are over: logs how many were not logged, and returns the stream's last
     /// bytes as one line (for `last_error`). Later lines belong to no job.
     pub fn finish(&self) -> String {
-        let mut tail = self.take(0, Span::none());
+        let mut tail = self.take(None, Span::none());
         if tail.len() > TAIL {
             tail.drain(..tail.len() - TAIL);
         }
@@ -81,12 +83,12 @@ impl Tag {
     }
 
     /// Hands the stream over to `next`; returns what the job before kept.
-    fn take(&self, next: u64, span: Span) -> Vec<u8> {
+    fn take(&self, next: Option<JobId>, span: Span) -> Vec<u8> {
         let state = std::mem::replace(&mut *self.lock(), TagState::new(next, span));
         if state.lines > MAX_LINES {
             state.span.in_scope(|| {
                 info!(
-                    job_id = state.job_id,
+                    job_id = state.job_id.map(JobId::get),
                     stream = self.stream,
                     "{} more lines not logged",
                     state.lines - MAX_LINES
@@ -121,8 +123,8 @@ impl Tag {
         };
         let stream = self.stream;
         span.in_scope(|| match job_id {
-            0 => info!(pid = self.pid, stream, "{}", clean(line)),
-            job_id => info!(job_id, stream, "{}", clean(line)),
+            None => info!(pid = self.pid, stream, "{}", clean(line)),
+            Some(job_id) => info!(job_id = job_id.get(), stream, "{}", clean(line)),
         });
     }
 }
@@ -183,11 +185,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_tag_keeps_each_jobs_tail_apart() {
-        let tag = Tag::new(0, Span::none(), 1, "stderr");
-        tag.start(7, Span::none());
+        let tag = Tag::new(None, Span::none(), 1, "stderr");
+        tag.start(JobId::new(7), Span::none());
         pump(&b"first\nsecond\n"[..], tag.clone()).await;
         assert_eq!(tag.finish(), "first | second");
-        tag.start(8, Span::none());
+        tag.start(JobId::new(8), Span::none());
         pump(&b"third"[..], tag.clone()).await;
         assert_eq!(tag.finish(), "third", "job 8 sees none of job 7's lines");
         assert_eq!(tag.finish(), "", "nothing since");

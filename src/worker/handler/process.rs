@@ -139,7 +139,7 @@ impl Process {
         else {
             return Err("its pipes were not set up".into());
         };
-        let tag = Tag::new(0, Span::none(), pid, "stderr");
+        let tag = Tag::new(None, Span::none(), pid, "stderr");
         let stderr_reader = tokio::spawn(output::pump(stderr, tag.clone()));
         let mut p = Process {
             queue,
@@ -260,7 +260,7 @@ impl Process {
             }
             Ended::Line(Err(e)) => Err(format!("protocol error: {e}")),
             Ended::TimedOut => {
-                warn!(job_id = job.id, timeout = ?self.queue.timeout, "handler timed out: SIGTERM to its process group");
+                warn!(job_id = job.id.get(), timeout = ?self.queue.timeout, "handler timed out: SIGTERM to its process group");
                 self.terminate(kill_grace, abort).await;
                 let why = format!(
                     "timed out after {}",
@@ -270,7 +270,7 @@ impl Process {
             }
             Ended::Cancelled => {
                 warn!(
-                    job_id = job.id,
+                    job_id = job.id.get(),
                     pid = self.pid,
                     "job cancelled: SIGTERM to its handler process's group"
                 );
@@ -290,7 +290,7 @@ impl Process {
                 // It may still be working on the job: it must be gone before the job's
                 // outcome is written and the job can run again.
                 warn!(
-                    job_id = job.id,
+                    job_id = job.id.get(),
                     pid = self.pid,
                     "{e}: killing the handler process"
                 );
@@ -308,7 +308,7 @@ impl Process {
                 if !written {
                     // Its stdin still holds part of this payload: the next header would be
                     // read out of step.
-                    warn!(job_id = job.id, pid = self.pid, "the handler process answered before reading its whole payload: replacing it");
+                    warn!(job_id = job.id.get(), pid = self.pid, "the handler process answered before reading its whole payload: replacing it");
                     self.kill().await;
                     self.finish_stderr().await;
                     return (exit, false);

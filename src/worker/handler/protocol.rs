@@ -8,6 +8,7 @@
 //!
 //! Any other line on stdout is a protocol error.
 
+use crate::store::jobs::{BatchId, JobId};
 use crate::worker::handler::output::clean;
 
 /// The value of `MYJOB_PROTOCOL` in a persistent process's environment.
@@ -21,7 +22,13 @@ pub const READY: &[u8] = b"READY";
 pub const MAX_ANSWER: usize = 64 * 1024;
 
 /// The header that precedes a job's payload.
-pub fn header(id: u64, attempt: u32, max_attempts: u32, batch_id: u64, length: usize) -> Vec<u8> {
+pub fn header(
+    id: JobId,
+    attempt: u32,
+    max_attempts: u32,
+    batch_id: BatchId,
+    length: usize,
+) -> Vec<u8> {
     format!("JOB {id} {attempt} {max_attempts} {batch_id} {length}\n").into_bytes()
 }
 
@@ -78,7 +85,10 @@ mod tests {
 
     #[test]
     fn the_header_is_one_line_of_five_numbers() {
-        assert_eq!(header(42, 1, 10, 7, 5), b"JOB 42 1 10 7 5\n");
+        assert_eq!(
+            header(JobId::new(42), 1, 10, BatchId::new(7), 5),
+            b"JOB 42 1 10 7 5\n"
+        );
     }
 
     #[test]
