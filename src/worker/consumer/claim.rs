@@ -3,7 +3,8 @@
 //! [`rate::claim`]).
 
 use super::*;
-use crate::store::jobs::BatchId;
+use crate::config::RateLimit;
+use crate::store::jobs::{BatchId, Lane};
 
 /// Reads back the jobs a committed claim took under `batch_id`. When the read fails, the
 /// batch is kept in `unread`, this instance's still, and read after the reconnect.
@@ -96,6 +97,29 @@ impl Shares {
     }
 }
 
+/// One queue's claim of up to `share` jobs under `batch_id`, through its rate limit if it has
+/// one.
+async fn claim_queue(
+    conn: &mut mysql_async::Conn,
+    batch_id: BatchId,
+    queue: &str,
+    rate: Option<RateLimit>,
+    share: usize,
+    who: &Claimer<'_>,
+    lane: Lane,
+) -> anyhow::Result<rate::Limited> {
+    match rate {
+        None => {
+            let claimed = jobs::claim(conn, batch_id, queue, share, who, lane).await?;
+            Ok(rate::Limited {
+                claimed,
+                wait: None,
+            })
+        }
+        Some(rate) => rate::claim(conn, batch_id, queue, &rate, share, who, lane).await,
+    }
+}
+
 impl Consumer {
     /// Claims up to `want` jobs into the prefetch, one statement per busy queue. Each busy
     /// queue is offered an even share of what is still wanted, starting one queue further
@@ -129,20 +153,9 @@ impl Consumer {
         while let Some((k, share)) = plan.next(self.busy.len()) {
             let queue = &self.busy[k];
             let lane = self.lanes.of(queue);
-            let claimed = match settings.queue(queue).and_then(|q| q.rate) {
-                None => {
-                    let claim = jobs::claim(conn, batch_id, queue, share, &who, lane);
-                    let n = self.metrics.within(Op::Claim, limit, claim).await;
-                    n.map(|claimed| rate::Limited {
-                        claimed,
-                        wait: None,
-                    })
-                }
-                Some(rate) => {
-                    let claim = rate::claim(conn, batch_id, queue, &rate, share, &who, lane);
-                    self.metrics.within(Op::Claim, limit, claim).await
-                }
-            };
+            let rate = settings.queue(queue).and_then(|q| q.rate);
+            let claim = claim_queue(conn, batch_id, queue, rate, share, &who, lane);
+            let claimed = self.metrics.within(Op::Claim, limit, claim).await;
             if let Ok(got) = &claimed {
                 self.metrics.queue(queue).claimed(got.claimed > 0);
                 // Tried with room for jobs, whatever it got: this instance keeps its lane
@@ -171,26 +184,7 @@ impl Consumer {
             }
         }
         if plan.got_none() {
-            return match failed {
-                Some(e) => {
-                    // The connection broke on an UPDATE that may have committed: its jobs
-                    // would be claimed by this instance with nobody to run them. Read back
-                    // after the reconnect (an empty batch reads as nothing). An error the
-                    // server sent says the statement did not commit.
-                    if db::classify(&e) == Failure::Lost {
-                        self.unread.push(batch_id);
-                    }
-                    self.link.used();
-                    Err(e)
-                }
-                // Nothing claimed. Not proof that the server takes writes: a claim that read
-                // no due job sends no UPDATE (nor a lane that picked none), and on a
-                // read-only server each poll would say it takes writes again, then not.
-                None => {
-                    self.link.succeeded();
-                    Ok(0)
-                }
-            };
+            return self.got_none(batch_id, failed);
         }
         let max = settings.worker.max_payload_bytes;
         let read = read_back(&self.metrics, conn, limit, batch_id, max, &mut self.unread);
@@ -212,6 +206,34 @@ impl Consumer {
             None => {
                 self.link.wrote();
                 Ok(got)
+            }
+        }
+    }
+
+    /// A claim that took no job, `failed` or not.
+    fn got_none(
+        &mut self,
+        batch_id: BatchId,
+        failed: Option<anyhow::Error>,
+    ) -> anyhow::Result<usize> {
+        match failed {
+            Some(e) => {
+                // The connection broke on an UPDATE that may have committed: its jobs would be
+                // claimed by this instance with nobody to run them. Read back after the
+                // reconnect (an empty batch reads as nothing). An error the server sent says
+                // the statement did not commit.
+                if db::classify(&e) == Failure::Lost {
+                    self.unread.push(batch_id);
+                }
+                self.link.used();
+                Err(e)
+            }
+            // Nothing claimed. Not proof that the server takes writes: a claim that read no due
+            // job sends no UPDATE (nor a lane that picked none), and on a read-only server each
+            // poll would say it takes writes again, then not.
+            None => {
+                self.link.succeeded();
+                Ok(0)
             }
         }
     }

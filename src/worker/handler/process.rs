@@ -217,48 +217,17 @@ impl Process {
         } else {
             &job.payload
         };
-        let Some(stdin) = self.stdin.as_mut() else {
+        let Some((ended, written)) = self.exchange(&header, rest, cancel, abort).await else {
             return (self.lost("its stdin is closed").await, false);
-        };
-        // The header and the payload are written while the answer is awaited: a 16 MiB payload
-        // fills the pipe long before it is all written, and a process may answer (wrongly)
-        // without reading it all.
-        let (ended, written) = {
-            let write = async {
-                stdin.write_all(&header).await?;
-                if !rest.is_empty() {
-                    stdin.write_all(rest).await?;
-                }
-                stdin.flush().await
-            };
-            tokio::pin!(write);
-            let deadline = sleep(self.queue.timeout);
-            tokio::pin!(deadline);
-            let mut written = false;
-            // Outside the loop: a read cut short when the write finishes first leaves the
-            // bytes it had (an answer's first part) here, for the next read to go on from.
-            let mut line = Vec::new();
-            let ended = loop {
-                tokio::select! {
-                    // A failed write (the process closed stdin, or died) shows as the end of
-                    // its stdout next.
-                    _ = &mut write, if !written => written = true,
-                    read = read_line(&mut self.stdout, &mut line) => break Ended::Line(read),
-                    _ = &mut deadline => break Ended::TimedOut,
-                    _ = cancel.cancelled() => break Ended::Cancelled,
-                    _ = abort.cancelled() => break Ended::Aborted,
-                }
-            };
-            (ended, written)
         };
         let answer = match ended {
             Ended::Line(Ok(Some(line))) => protocol::answer(&line),
+            Ended::Line(Err(e)) => Err(format!("protocol error: {e}")),
             Ended::Line(Ok(None)) => {
                 let status = self.exit_within(kill_grace).await;
                 let why = format!("the handler process exited during the job: {status}");
                 return (self.lost(&why).await, false);
             }
-            Ended::Line(Err(e)) => Err(format!("protocol error: {e}")),
             Ended::TimedOut => {
                 warn!(job_id = job.id.get(), timeout = ?self.queue.timeout, "handler timed out: SIGTERM to its process group");
                 self.terminate(kill_grace, abort).await;
@@ -285,6 +254,57 @@ impl Process {
             }
         };
         self.jobs += 1;
+        self.answered(job, answer, written).await
+    }
+
+    /// Writes `header` and `rest` to the process while its answer is awaited: a 16 MiB
+    /// payload fills the pipe long before it is all written, and a process may answer
+    /// (wrongly) without reading it all. Returns what ended the wait, and whether the write
+    /// was done by then; None when stdin is closed already.
+    async fn exchange(
+        &mut self,
+        header: &[u8],
+        rest: &[u8],
+        cancel: &CancellationToken,
+        abort: &CancellationToken,
+    ) -> Option<(Ended, bool)> {
+        let stdin = self.stdin.as_mut()?;
+        let write = async {
+            stdin.write_all(header).await?;
+            if !rest.is_empty() {
+                stdin.write_all(rest).await?;
+            }
+            stdin.flush().await
+        };
+        tokio::pin!(write);
+        let deadline = sleep(self.queue.timeout);
+        tokio::pin!(deadline);
+        let mut written = false;
+        // Outside the loop: a read cut short when the write finishes first leaves the bytes
+        // it had (an answer's first part) here, for the next read to go on from.
+        let mut line = Vec::new();
+        let ended = loop {
+            tokio::select! {
+                // A failed write (the process closed stdin, or died) shows as the end of its
+                // stdout next.
+                _ = &mut write, if !written => written = true,
+                read = read_line(&mut self.stdout, &mut line) => break Ended::Line(read),
+                _ = &mut deadline => break Ended::TimedOut,
+                _ = cancel.cancelled() => break Ended::Cancelled,
+                _ = abort.cancelled() => break Ended::Aborted,
+            }
+        };
+        Some((ended, written))
+    }
+
+    /// The process answered for `job` (`written`: after reading its whole payload). Returns
+    /// the job's exit, and whether the process may take another job.
+    async fn answered(
+        &mut self,
+        job: &Job,
+        answer: Result<Answer, String>,
+        written: bool,
+    ) -> (Exit, bool) {
         match answer {
             Err(e) => {
                 // It may still be working on the job: it must be gone before the job's
