@@ -1,9 +1,9 @@
 //! On a Galera cluster: the claims made through a node that dies come back through the other
 //! nodes, write conflicts between nodes cost no reconnect, and `myjob lock`'s leases exclude
 //! holders on different nodes. `MYJOB_TEST_NODES` names the cluster's nodes (tests/run sets it
-//! for the cluster of tests/db-server.sh). A test kills a node, so plain `cargo test` skips them; tests/run runs
-//! them with `--ignored --test-threads=1` (one test kills a node the other needs), beside the
-//! chaos run on the same cluster.
+//! for the cluster of tests/db-server.sh). A test kills a node, so plain `cargo test` skips
+//! them; tests/run runs them with `--ignored --test-threads=1` (one test kills a node the other
+//! needs), with no other test on the cluster.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

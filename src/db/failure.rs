@@ -20,7 +20,7 @@ pub enum Failure {
     /// read-only mode (1836). A replica the url reaches after a failover, a primary demoted:
     /// reads work, writes do not.
     ReadOnly,
-    /// The account may not use a table or a column (1142, 1143): not granted.
+    /// The account may not use a table (1142): not granted.
     Denied,
     /// The table or a column is missing (1146, 1054): not migrated.
     Missing,
@@ -84,7 +84,6 @@ const ER_DUP_ENTRY: u16 = 1062;
 const ER_OPTION_PREVENTS_STATEMENT: u16 = 1290;
 const ER_READ_ONLY_MODE: u16 = 1836;
 const ER_TABLEACCESS_DENIED: u16 = 1142;
-const ER_COLUMNACCESS_DENIED: u16 = 1143;
 const ER_NO_SUCH_TABLE: u16 = 1146;
 const ER_BAD_FIELD_ERROR: u16 = 1054;
 
@@ -104,7 +103,7 @@ pub fn classify(e: &anyhow::Error) -> Failure {
             Failure::Refused(Refusal::Other)
         }
         ER_OPTION_PREVENTS_STATEMENT | ER_READ_ONLY_MODE => Failure::ReadOnly,
-        ER_TABLEACCESS_DENIED | ER_COLUMNACCESS_DENIED => Failure::Denied,
+        ER_TABLEACCESS_DENIED => Failure::Denied,
         ER_NO_SUCH_TABLE | ER_BAD_FIELD_ERROR => Failure::Missing,
         code => Failure::Server(code),
     }
@@ -193,6 +192,7 @@ mod tests {
         assert_eq!(classify(&server(1290, "HY000")), Failure::ReadOnly);
         assert_eq!(classify(&server(1836, "HY000")), Failure::ReadOnly);
         assert_eq!(classify(&server(1142, "42000")), Failure::Denied);
+        assert_eq!(classify(&server(1143, "42000")), Failure::Server(1143));
         assert_eq!(classify(&server(1146, "42S02")), Failure::Missing);
         assert_eq!(classify(&server(1927, "70100")), Failure::Server(1927));
         assert_eq!(classify(&anyhow::anyhow!("closed")), Failure::Lost);
