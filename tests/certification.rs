@@ -12,6 +12,7 @@ use crate::common;
 use crate::common::TestDb;
 use myjob::store::jobs::admin::{self, Refused};
 use myjob::store::jobs::keys::{self, Referee};
+use myjob::store::jobs::JobId;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, Opts, Params, Value};
 use tokio::sync::Barrier;
@@ -107,7 +108,7 @@ async fn run(conn: &mut Conn, mv: Move) -> Side {
             write(conn, statements).await?;
             commit(conn).await
         }
-        Move::Retry(id) => match myjob::store::jobs::admin::retry(conn, &[id]).await {
+        Move::Retry(id) => match admin::retry(conn, &[JobId::new(id)]).await {
             Ok(Ok(1)) => Ok(()),
             Ok(Ok(n)) => Err(format!("retried {n} jobs")),
             // The key taken by the other side, as its check saw it: a loss to the other.
@@ -391,9 +392,10 @@ async fn a_unique_key_raced_through_two_nodes_stays_unique_every_time() {
     // A retry's move: held open as its own statement when the round is staggered.
     let retry = |id: u64, r: usize| match Timing::of_round(r) {
         Timing::Together => Move::Retry(id),
-        Timing::SecondCommitsFirst => {
-            Move::Statements(vec![admin::to_pending_statement(&[id], "UPDATE")])
-        }
+        Timing::SecondCommitsFirst => Move::Statements(vec![admin::to_pending_statement(
+            &[JobId::new(id)],
+            "UPDATE",
+        )]),
     };
     for r in 0..2 * ROUNDS {
         let key = format!("r{r}");

@@ -10,7 +10,7 @@ use crate::store::jobs::admin;
 
 pub async fn run(config: &Path, ids: &[u64]) -> Result<(), Error> {
     let (_, mut conn) = super::open(config).await?;
-    let result = admin::cancel(&mut conn, ids).await;
+    let result = admin::cancel(&mut conn, &super::job_ids(ids)).await;
     let _ = conn.disconnect().await;
     let cancelled = result
         .or_exit(ExitCode::Unavailable)?

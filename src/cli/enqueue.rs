@@ -10,7 +10,7 @@ use tracing::warn;
 
 use crate::config::{check_queue_name, Settings};
 use crate::error::{Error, ExitCode, OrExit};
-use crate::store::jobs::{self, Enqueued, NewJob};
+use crate::store::jobs::{self, Enqueued, JobId, NewJob};
 use crate::store::schema;
 
 /// The largest payload the column holds (MEDIUMBLOB: 16 MiB less one byte).
@@ -98,7 +98,7 @@ pub fn check(req: Request, stdin: impl Read) -> Result<NewJob, Error> {
 }
 
 /// Inserts the job and returns its id.
-pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<u64, Error> {
+pub async fn enqueue(settings: &Settings, job: &NewJob) -> Result<JobId, Error> {
     if !settings.queues.is_empty() && settings.queue(&job.queue).is_none() {
         warn!(
             "queue {:?} is not in {}: workers using this file will not run it",

@@ -9,6 +9,7 @@ use mysql_async::Conn;
 
 use crate::config::{check_queue_name, Settings, DEFAULT_PATH};
 use crate::error::{Error, ExitCode, OrExit};
+use crate::store::jobs::JobId;
 use crate::store::schema;
 use crate::{db, logging};
 
@@ -316,4 +317,9 @@ async fn open(config: &Path) -> Result<(Settings, Conn), Error> {
     let settings = Settings::load(config).or_exit(ExitCode::Config)?;
     let conn = schema::connect_checked(&settings.database).await?;
     Ok((settings, conn))
+}
+
+/// The job ids an operator typed, as the store takes them.
+fn job_ids(ids: &[u64]) -> Vec<JobId> {
+    ids.iter().copied().map(JobId::new).collect()
 }

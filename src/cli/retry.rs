@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::anyhow;
 use clap::Args;
 
+use super::job_ids;
 use crate::error::{Error, ExitCode, OrExit};
 use crate::store::jobs::admin;
 
@@ -39,7 +40,7 @@ pub async fn run(config: &Path, args: RetryArgs) -> Result<(), Error> {
                 }
                 Ok(())
             }),
-        None => admin::retry(&mut conn, &args.ids).await.map(|r| {
+        None => admin::retry(&mut conn, &job_ids(&args.ids)).await.map(|r| {
             r.map(|n| println!("retried {n} job(s)"))
                 .map_err(|refused| anyhow!("{refused}; nothing was retried"))
         }),

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::cli::table;
 use crate::error::{Error, ExitCode, OrExit};
-use crate::store::jobs::admin;
+use crate::store::jobs::{admin, JobId};
 
 /// The columns that are numbers in JSON.
 const NUMBERS: &[&str] = &[
@@ -24,7 +24,7 @@ const NUMBERS: &[&str] = &[
 
 pub async fn run(config: &Path, id: u64, json: bool, payload: bool) -> Result<(), Error> {
     let (_, mut conn) = super::open(config).await?;
-    let shown = admin::show(&mut conn, id)
+    let shown = admin::show(&mut conn, JobId::new(id))
         .await
         .or_exit(ExitCode::Unavailable)?;
     let _ = conn.disconnect().await;

@@ -306,7 +306,7 @@ async fn enqueue_due(
         };
         match db::within(limit, schedules::enqueue_tick(conn, &job)).await? {
             Tick::Enqueued(job_id) => info!(
-                job_id,
+                job_id = job_id.get(),
                 schedule = %s.name,
                 tick = %tick.to_rfc3339(),
                 "schedule: tick enqueued"

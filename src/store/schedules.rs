@@ -7,6 +7,7 @@ use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Value};
 
 use crate::db::{self, Failure, Refusal};
+use crate::store::jobs::JobId;
 
 /// A schedule's latest tick, the definition that made it, and the job it enqueued.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +74,7 @@ pub struct TickJob<'a> {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Tick {
     /// This instance enqueued the tick: its job's id.
-    Enqueued(u64),
+    Enqueued(JobId),
     /// Another instance has the tick's row.
     Taken,
     /// A race lost (a deadlock, a lock wait, on Galera a certification conflict): nothing was
@@ -123,7 +124,7 @@ pub async fn enqueue_tick(conn: &mut Conn, t: &TickJob<'_>) -> anyhow::Result<Ti
     }
     .await;
     match result {
-        Ok(id) => Ok(Tick::Enqueued(id)),
+        Ok(id) => Ok(Tick::Enqueued(JobId::new(id))),
         Err(e) => {
             // A transaction left open on a live connection would be committed by the next
             // BEGIN, its job with it: a connection that cannot roll back is given up.

@@ -11,7 +11,7 @@ use mysql_async::prelude::*;
 use mysql_async::{Conn, Params, Row, Value};
 use serde::Serialize;
 
-use super::in_list;
+use super::{in_list, JobId};
 
 /// The states a job can be in, as the `status` column spells them.
 pub const STATUSES: &[&str] = &[
@@ -148,7 +148,7 @@ fn entry<'a>(map: &'a mut BTreeMap<String, QueueStats>, queue: &[u8]) -> &'a mut
 /// One job as `myjob list` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listed {
-    pub id: u64,
+    pub id: JobId,
     pub queue: String,
     pub status: String,
     /// Its concurrency key, if it has one.
@@ -222,7 +222,7 @@ pub async fn list(conn: &mut Conn, filter: &ListFilter<'_>) -> anyhow::Result<Ve
     Ok(rows
         .into_iter()
         .map(|mut r| Listed {
-            id: col(&mut r, 0).unwrap_or(0),
+            id: JobId::new(col(&mut r, 0).unwrap_or(0)),
             queue: col(&mut r, 1).map(text).unwrap_or_default(),
             status: col(&mut r, 2).map(text).unwrap_or_default(),
             priority: col(&mut r, 3).unwrap_or(0),
@@ -272,7 +272,7 @@ const SHOWN: &[(&str, bool)] = &[
 ];
 
 /// One job, or None when there is no such job. Served by the primary key.
-pub async fn show(conn: &mut Conn, id: u64) -> anyhow::Result<Option<Shown>> {
+pub async fn show(conn: &mut Conn, id: JobId) -> anyhow::Result<Option<Shown>> {
     let columns: Vec<String> = SHOWN
         .iter()
         .map(|&(c, time)| if time { iso(c) } else { c.to_owned() })
@@ -311,23 +311,27 @@ pub async fn show(conn: &mut Conn, id: u64) -> anyhow::Result<Option<Shown>> {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Refused {
     #[error("job {0}: no such job")]
-    NoSuchJob(u64),
+    NoSuchJob(JobId),
     #[error("job {id}: is {status}, {why}")]
     State {
-        id: u64,
+        id: JobId,
         status: String,
         why: &'static str,
     },
     #[error("job {id}: its unique key {key:?} is held by job {holder}, which is not finished")]
-    UniqueKey { id: u64, key: String, holder: u64 },
+    UniqueKey {
+        id: JobId,
+        key: String,
+        holder: JobId,
+    },
 }
 
 /// Locks the rows of `ids` and returns each one's status, in the order of `ids`; the first
 /// missing job is refused. Served by the primary key.
 async fn lock_states(
     conn: &mut Conn,
-    ids: &[u64],
-) -> anyhow::Result<Result<Vec<(u64, String)>, Refused>> {
+    ids: &[JobId],
+) -> anyhow::Result<Result<Vec<(JobId, String)>, Refused>> {
     let (list, params) = in_list(ids);
     let rows: Vec<(u64, String)> = conn
         .exec(
@@ -338,8 +342,8 @@ async fn lock_states(
         .context("reading the jobs' states")?;
     let mut states = Vec::new();
     for &id in ids {
-        match rows.iter().find(|r| r.0 == id) {
-            Some(r) => states.push(r.clone()),
+        match rows.iter().find(|r| r.0 == id.get()) {
+            Some(r) => states.push((id, r.1.clone())),
             None => return Ok(Err(Refused::NoSuchJob(id))),
         }
     }
@@ -350,7 +354,7 @@ async fn lock_states(
 /// rescues and suspicion) counted from 0 again; its last_error stays until the next attempt. All or
 /// nothing: a job that is missing or not failed refuses the whole change. Returns how many
 /// jobs changed.
-pub async fn retry(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Result<u64, Refused>> {
+pub async fn retry(conn: &mut Conn, ids: &[JobId]) -> anyhow::Result<Result<u64, Refused>> {
     in_transaction(conn, async |conn: &mut Conn| {
         let states = match lock_states(conn, ids).await? {
             Ok(s) => s,
@@ -376,7 +380,7 @@ pub async fn retry(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Result<u64, R
 /// key, which the gate admits into a free slot), for those of `ids` still failed: due now,
 /// attempts, rescues and suspicion from 0, the claim's columns cleared, last_error kept. `update` is
 /// `UPDATE` or `UPDATE IGNORE`. Returns how many rows changed. Served by the primary key.
-async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Result<u64> {
+async fn to_pending(conn: &mut Conn, ids: &[JobId], update: &str) -> anyhow::Result<u64> {
     let (sql, params) = to_pending_statement(ids, update);
     conn.exec_drop(sql, Params::Positional(params))
         .await
@@ -386,7 +390,7 @@ async fn to_pending(conn: &mut Conn, ids: &[u64], update: &str) -> anyhow::Resul
 
 /// The statement of [`to_pending`], and its parameters; public so that a test can hold it in
 /// an open transaction.
-pub fn to_pending_statement(ids: &[u64], update: &str) -> (String, Vec<Value>) {
+pub fn to_pending_statement(ids: &[JobId], update: &str) -> (String, Vec<Value>) {
     let (list, params) = in_list(ids);
     (
         format!(
@@ -402,7 +406,7 @@ pub fn to_pending_statement(ids: &[u64], update: &str) -> (String, Vec<Value>) {
 
 /// The first of `ids` whose unique key a live job of its queue holds. Served by the unique
 /// index `(unique_queue, unique_live)`.
-async fn unique_clash(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Option<Refused>> {
+async fn unique_clash(conn: &mut Conn, ids: &[JobId]) -> anyhow::Result<Option<Refused>> {
     let (list, params) = in_list(ids);
     let clash: Option<(u64, String, u64)> = conn
         .exec_first(
@@ -415,7 +419,11 @@ async fn unique_clash(conn: &mut Conn, ids: &[u64]) -> anyhow::Result<Option<Ref
         )
         .await
         .context("looking for unique keys taken since")?;
-    Ok(clash.map(|(id, key, holder)| Refused::UniqueKey { id, key, holder }))
+    Ok(clash.map(|(id, key, holder)| Refused::UniqueKey {
+        id: JobId::new(id),
+        key,
+        holder: JobId::new(holder),
+    }))
 }
 
 /// The most failed jobs one statement of [`retry_queue`] retries.
@@ -429,18 +437,19 @@ pub async fn retry_queue(conn: &mut Conn, queue: &str) -> anyhow::Result<(u64, u
     let (mut retried, mut stayed) = (0, 0);
     let mut after = 0u64;
     loop {
-        let ids: Vec<u64> = conn
-            .exec(
+        let ids: Vec<JobId> = conn
+            .exec_map(
                 "SELECT id FROM myjob_jobs FORCE INDEX (myjob_jobs_claim) \
                  WHERE status = 'failed' AND queue = ? AND id > ? ORDER BY id LIMIT ?",
                 (queue, after, RETRY_CHUNK),
+                JobId::new,
             )
             .await
             .with_context(|| format!("reading the failed jobs of queue {queue}"))?;
         let Some(&last) = ids.last() else {
             break;
         };
-        after = last;
+        after = last.get();
         // IGNORE: a row whose unique key is taken keeps its status instead of failing the
         // statement.
         let n = to_pending(conn, &ids, "UPDATE IGNORE")
@@ -458,7 +467,7 @@ pub async fn retry_queue(conn: &mut Conn, queue: &str) -> anyhow::Result<(u64, u
 /// What [`cancel`] did to one job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Cancelled {
-    pub id: u64,
+    pub id: JobId,
     /// Its state before: pending, blocked, suspect, scheduled or claimed. A claimed job's worker stops its
     /// handler.
     pub was: String,
@@ -473,7 +482,7 @@ pub struct Cancelled {
 /// or finished refuses the whole change.
 pub async fn cancel(
     conn: &mut Conn,
-    ids: &[u64],
+    ids: &[JobId],
 ) -> anyhow::Result<Result<Vec<Cancelled>, Refused>> {
     in_transaction(conn, async |conn: &mut Conn| {
         let states = match lock_states(conn, ids).await? {

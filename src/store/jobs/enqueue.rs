@@ -6,6 +6,8 @@ use anyhow::Context as _;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
 
+use super::JobId;
+
 /// A job to insert.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -23,11 +25,11 @@ pub struct NewJob {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Enqueued {
     /// A new row.
-    Inserted(u64),
+    Inserted(JobId),
     /// A pending job had the same unique key: its payload and run time were replaced.
-    Replaced(u64),
+    Replaced(JobId),
     /// A job with the same unique key is running now, or waits as a suspect; nothing was changed.
-    Running(u64),
+    Running(JobId),
 }
 
 /// Inserts a job. With a unique key held by a pending job, the later payload and run time
@@ -83,6 +85,7 @@ pub async fn enqueue(conn: &mut Conn, job: &NewJob) -> anyhow::Result<Enqueued> 
         .exec_first("SELECT status FROM myjob_jobs WHERE id = ?", (id,))
         .await
         .context("reading the job back")?;
+    let id = JobId::new(id);
     let result = match status.as_deref() {
         _ if inserted => Enqueued::Inserted(id),
         Some("pending" | "scheduled" | "blocked") => Enqueued::Replaced(id),

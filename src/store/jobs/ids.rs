@@ -5,9 +5,11 @@
 use std::fmt;
 
 use mysql_async::Value;
+use serde::Serialize;
 
-/// A job: `myjob_jobs.id`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A job: `myjob_jobs.id`. A number in JSON (`myjob list --json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
 pub struct JobId(u64);
 
 /// A claim: `myjob_jobs.batch_id`, stamped on every job one claim takes, and what every later
