@@ -177,14 +177,18 @@ fn rate(q: &RawQueue, key: &impl Fn(&str) -> String) -> Result<Option<RateLimit>
     }))
 }
 
-/// Queue names appear in logs, in the environment and in SQL parameters: keep them plain.
-pub fn check_queue_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
+/// Whether `name` is 1 to 64 of A-Z a-z 0-9 - _ . : (a queue's and a schedule's names).
+pub(super) fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+}
+
+/// Queue names appear in logs, in the environment and in SQL parameters: keep them plain.
+pub fn check_queue_name(name: &str) -> Result<(), String> {
+    if is_plain_name(name) {
         Ok(())
     } else {
         Err(format!(

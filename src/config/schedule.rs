@@ -186,12 +186,7 @@ fn entry(s: RawSchedule, key: impl Fn(&str) -> String) -> Result<ScheduleSetting
 
 /// A schedule's name: the ticks table's key, and a log field.
 fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-    match ok {
+    match super::queue::is_plain_name(name) {
         true => Ok(()),
         false => Err(format!("{name:?} is not 1 to 64 of A-Z a-z 0-9 - _ . :")),
     }

@@ -325,7 +325,7 @@ impl Reaper {
     async fn pass(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         self.connect().await?;
         let settings = self.settings.borrow().clone();
-        let db = self.session.db().clone();
+        let claimer_wait = session_wait_timeout(self.session.db(), settings.reaper.stale_after);
         let Some((conn, Reach { server, since })) = self.session.get() else {
             return Ok(());
         };
@@ -343,7 +343,7 @@ impl Reaper {
             conn,
             server,
             connected_for,
-            &db,
+            claimer_wait,
             &settings,
             &mut self.memory,
             &self.metrics,

@@ -65,7 +65,8 @@ pub(super) async fn reap(
     conn: &mut Conn,
     server: &ServerId,
     connected_for: Duration,
-    db: &DatabaseSettings,
+    // How long a claimer's connection may stay silent: its session's wait_timeout.
+    claimer_wait: Duration,
     settings: &Settings,
     memory: &mut Memory,
     metrics: &Metrics,
@@ -116,7 +117,7 @@ pub(super) async fn reap(
         stale: stale_after + settings.reaper.interval,
         settled: connected_for >= stale_after,
         connected_for,
-        member_silence: session_wait_timeout(db, stale_after) + settings.reaper.interval,
+        member_silence: claimer_wait + settings.reaper.interval,
     };
     let max = settings.reaper.max_rescues;
     let foreign = put_back(conn, &old, &view, &last_pass, max, memory, metrics).await?;
